@@ -1,0 +1,11 @@
+# All third-party discovery for moeserve lives here, and only here. Every package comes from
+# Debian (see scripts/install-deps.sh); layers link the imported targets defined below.
+find_package(PkgConfig REQUIRED)
+find_package(Threads REQUIRED)
+find_package(fmt REQUIRED)                      # libfmt-dev
+find_package(nlohmann_json 3.10 REQUIRED)       # nlohmann-json3-dev
+find_package(hwy REQUIRED)                      # libhwy-dev: hwy::hwy, hwy::hwy_test
+find_package(GTest REQUIRED)                    # libgtest-dev
+find_package(benchmark REQUIRED)                # libbenchmark-dev
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)   # libpcre2-dev (tokenizer)
+find_package(MPI COMPONENTS CXX)                # libopenmpi-dev (parallel, optional for now)

@@ -1,0 +1,85 @@
+// Element types and exact conversions between them.
+//
+// The compute types of moeserve are bf16, f16, f32, i8 and i32. The other safetensors dtypes are
+// known by name and size so that any well-formed checkpoint can be opened and validated; a layer
+// that needs an unsupported one reports it by name.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string_view>
+
+namespace moeserve {
+
+enum class DType : uint8_t {
+  kBF16,
+  kF16,
+  kF32,
+  kI8,
+  kI32,
+  // Known for validation only.
+  kF64,
+  kI16,
+  kI64,
+  kU8,
+  kU16,
+  kU32,
+  kU64,
+  kBool,
+  kF8E4M3,
+  kF8E5M2,
+};
+
+// Bytes per element.
+size_t DTypeSize(DType dtype);
+// Lower-case name used in messages and flags: "bf16", "f32", ...
+std::string_view DTypeName(DType dtype);
+// The safetensors header spelling: "BF16", "F32", "F8_E4M3", ...
+std::string_view SafetensorsDTypeName(DType dtype);
+std::optional<DType> ParseSafetensorsDType(std::string_view name);
+// Parses the lower-case names of DTypeName ("bf16", "f32", ...).
+std::optional<DType> ParseDTypeName(std::string_view name);
+// True for the types kernels compute with (bf16, f16, f32, i8, i32).
+bool IsComputeDType(DType dtype);
+
+// ---- bf16: the upper 16 bits of an IEEE f32. ----
+
+inline uint32_t F32Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+inline float F32FromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// Exact: every bf16 is an f32.
+inline float BF16ToF32(uint16_t b) { return F32FromBits(static_cast<uint32_t>(b) << 16); }
+
+// Round to nearest, ties to even. NaN stays NaN (sign and top payload bits kept, quiet bit set so
+// that truncating a payload to zero cannot turn it into infinity).
+inline uint16_t F32ToBF16(float f) {
+  uint32_t u = F32Bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  const uint32_t lsb = (u >> 16) & 1u;
+  u += 0x7fffu + lsb;  // may carry into the exponent: rounds up to the next binade or to inf
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// ---- f16: IEEE binary16. ----
+
+// Exact, including subnormals, infinities and NaN payloads.
+float F16ToF32(uint16_t h);
+// Round to nearest, ties to even, with subnormals and overflow to infinity; NaN stays NaN.
+uint16_t F32ToF16(float f);
+
+// Converts n elements of src (dtype `from`) to f32. Supports bf16, f16, f32, i8, i32.
+void ConvertToF32(DType from, const void* src, float* dst, size_t n);
+// Converts n f32 values to `to` (bf16, f16 or f32).
+void ConvertFromF32(const float* src, DType to, void* dst, size_t n);
+
+}  // namespace moeserve

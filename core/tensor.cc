@@ -1,0 +1,86 @@
+#include "core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace moeserve {
+
+TensorStorage::TensorStorage(size_t bytes) : size_(bytes) {
+  if (bytes == 0) return;
+  const size_t rounded = (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+  void* p = std::aligned_alloc(kTensorAlignment, rounded);
+  if (p == nullptr) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  data_.reset(static_cast<std::byte*>(p));
+}
+
+void TensorStorage::Free::operator()(std::byte* p) const { std::free(p); }
+
+bool CheckedNumel(std::span<const int64_t> shape, int64_t* numel) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return false;
+    if (__builtin_mul_overflow(n, d, &n)) return false;
+  }
+  *numel = n;
+  return true;
+}
+
+Tensor::Tensor(void* data, DType dtype, std::span<const int64_t> shape)
+    : data_(data), dtype_(dtype), rank_(shape.size()) {
+  CHECK_LE(shape.size(), kMaxTensorRank);
+  int64_t stride = 1;
+  for (size_t i = rank_; i-- > 0;) {
+    CHECK_GE(shape[i], 0);
+    shape_[i] = shape[i];
+    strides_[i] = stride;
+    stride *= shape[i];
+  }
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (size_t i = 0; i < rank_; ++i) n *= shape_[i];
+  return n;
+}
+
+bool Tensor::contiguous() const {
+  int64_t stride = 1;
+  for (size_t i = rank_; i-- > 0;) {
+    if (shape_[i] != 1 && strides_[i] != stride) return false;
+    stride *= shape_[i];
+  }
+  return true;
+}
+
+Tensor Tensor::Slice(size_t dim, int64_t begin, int64_t end) const {
+  CHECK_LT(dim, rank_);
+  CHECK(0 <= begin && begin <= end && end <= shape_[dim])
+      << "slice [" << begin << ", " << end << ") of dim " << dim << " of " << ShapeString();
+  Tensor t = *this;
+  t.data_ = static_cast<std::byte*>(data_) + begin * strides_[dim] * DTypeSize(dtype_);
+  t.shape_[dim] = end - begin;
+  return t;
+}
+
+Tensor Tensor::Reshape(std::span<const int64_t> shape) const {
+  CHECK(contiguous()) << "Reshape of a non-contiguous view " << ShapeString();
+  Tensor t(data_, dtype_, shape);
+  CHECK_EQ(t.numel(), numel()) << "Reshape " << ShapeString() << " -> " << t.ShapeString();
+  return t;
+}
+
+std::string Tensor::ShapeString() const { return fmt::format("[{}]", fmt::join(shape(), ", ")); }
+
+OwnedTensor::OwnedTensor(DType dtype, std::span<const int64_t> shape) {
+  int64_t n = 0;
+  CHECK(CheckedNumel(shape, &n)) << "bad tensor shape";
+  storage_ = TensorStorage(static_cast<size_t>(n) * DTypeSize(dtype));
+  view_ = Tensor(storage_.data(), dtype, shape);
+}
+
+}  // namespace moeserve

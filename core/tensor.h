@@ -1,0 +1,109 @@
+// Tensor: a non-owning, strided view of typed memory. TensorStorage: 64-byte-aligned owned bytes.
+//
+// Shapes and strides are in elements, outermost dimension first (row-major when contiguous):
+// a [rows, cols] matrix has strides {cols, 1}.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/check.h"
+#include "core/dtype.h"
+
+namespace moeserve {
+
+inline constexpr size_t kMaxTensorRank = 6;
+inline constexpr size_t kTensorAlignment = 64;  // a cache line; what Highway's loads like best
+
+// Owned, 64-byte-aligned, zero-initialized bytes.
+class TensorStorage {
+ public:
+  TensorStorage() = default;
+  explicit TensorStorage(size_t bytes);
+  TensorStorage(TensorStorage&&) noexcept = default;
+  TensorStorage& operator=(TensorStorage&&) noexcept = default;
+
+  std::byte* data() { return data_.get(); }
+  const std::byte* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const;
+  };
+  std::unique_ptr<std::byte, Free> data_;
+  size_t size_ = 0;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // A contiguous row-major view of `data`.
+  Tensor(void* data, DType dtype, std::span<const int64_t> shape);
+  Tensor(void* data, DType dtype, std::initializer_list<int64_t> shape)
+      : Tensor(data, dtype, std::span<const int64_t>(shape.begin(), shape.size())) {}
+
+  DType dtype() const { return dtype_; }
+  size_t rank() const { return rank_; }
+  int64_t dim(size_t i) const {
+    DCHECK(i < rank_);
+    return shape_[i];
+  }
+  int64_t stride(size_t i) const {
+    DCHECK(i < rank_);
+    return strides_[i];
+  }
+  std::span<const int64_t> shape() const { return {shape_.data(), rank_}; }
+  int64_t numel() const;
+  size_t bytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype_); }
+  bool contiguous() const;
+
+  void* data() const { return data_; }
+  template <typename T>
+  T* data_as() const {
+    return static_cast<T*>(data_);
+  }
+
+  // Views that share memory.
+  Tensor Slice(size_t dim, int64_t begin, int64_t end) const;  // [begin, end) along dim
+  Tensor Reshape(std::span<const int64_t> shape) const;        // contiguous only
+  Tensor Reshape(std::initializer_list<int64_t> shape) const {
+    return Reshape(std::span<const int64_t>(shape.begin(), shape.size()));
+  }
+
+  std::string ShapeString() const;  // "[2, 3]"
+
+ private:
+  void* data_ = nullptr;
+  DType dtype_ = DType::kF32;
+  size_t rank_ = 0;
+  std::array<int64_t, kMaxTensorRank> shape_{};
+  std::array<int64_t, kMaxTensorRank> strides_{};
+};
+
+// A tensor that owns its memory (contiguous, aligned).
+class OwnedTensor {
+ public:
+  OwnedTensor() = default;
+  OwnedTensor(DType dtype, std::span<const int64_t> shape);
+  OwnedTensor(DType dtype, std::initializer_list<int64_t> shape)
+      : OwnedTensor(dtype, std::span<const int64_t>(shape.begin(), shape.size())) {}
+
+  const Tensor& view() const { return view_; }
+  operator const Tensor&() const { return view_; }  // NOLINT: a view of owned memory
+
+ private:
+  TensorStorage storage_;
+  Tensor view_;
+};
+
+// Number of elements of a shape; false when a dimension is negative or the product overflows
+// int64 (used to validate untrusted shapes).
+bool CheckedNumel(std::span<const int64_t> shape, int64_t* numel);
+
+}  // namespace moeserve

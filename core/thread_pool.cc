@@ -1,0 +1,71 @@
+#include "core/thread_pool.h"
+
+#include <immintrin.h>
+
+namespace moeserve {
+namespace {
+
+// Iterations a worker polls for new work before it sleeps: about 50-100 µs.
+constexpr int kSpinIterations = 20000;
+
+}  // namespace
+
+ThreadPool::ThreadPool(size_t num_threads) {
+  if (num_threads == 0) num_threads = 1;
+  workers_.reserve(num_threads - 1);
+  for (size_t t = 1; t < num_threads; ++t) {
+    workers_.emplace_back([this, t] { WorkerLoop(t); });
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true);
+  generation_.fetch_add(1);
+  generation_.notify_all();
+  for (std::thread& w : workers_) w.join();
+}
+
+void ThreadPool::DrainTasks(size_t thread) {
+  for (;;) {
+    const size_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
+    if (task >= num_tasks_) return;
+    fn_(ctx_, task, thread);
+  }
+}
+
+void ThreadPool::Run(size_t num_tasks, TaskFn fn, const void* ctx) {
+  fn_ = fn;
+  ctx_ = ctx;
+  num_tasks_ = num_tasks;
+  next_task_.store(0, std::memory_order_relaxed);
+  workers_done_.store(0, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
+
+  DrainTasks(0);
+  // The join: wait until every worker has seen this job and finished its share.
+  const size_t n = workers_.size();
+  while (workers_done_.load(std::memory_order_acquire) != n) _mm_pause();
+  barrier_count_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void ThreadPool::WorkerLoop(size_t thread) {
+  uint64_t seen = 0;
+  for (;;) {
+    uint64_t gen = generation_.load(std::memory_order_acquire);
+    for (int i = 0; gen == seen && i < kSpinIterations; ++i) {
+      _mm_pause();
+      gen = generation_.load(std::memory_order_acquire);
+    }
+    if (gen == seen) {
+      generation_.wait(seen, std::memory_order_acquire);
+      continue;
+    }
+    seen = gen;
+    if (stop_.load()) return;
+    DrainTasks(thread);
+    workers_done_.fetch_add(1, std::memory_order_acq_rel);
+  }
+}
+
+}  // namespace moeserve
