@@ -1,1 +1,77 @@
-int main() { return 0; }
+// moeserve: one binary, one subcommand per job (CLI.md).
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cli/commands.h"
+
+namespace moeserve::cli {
+namespace {
+
+struct Subcommand {
+  std::string_view name;
+  std::string_view summary;
+  int (*run)(const std::vector<std::string>&);
+};
+
+constexpr Subcommand kSubcommands[] = {
+    {"make-model", "write a model folder with random weights (HF layout) for tests and benchmarks",
+     &RunMakeModel},
+    {"inspect", "print a model's architecture, parameter counts and roofline decode rate",
+     &RunInspect},
+};
+
+void PrintUsage(std::FILE* out) {
+  std::fprintf(out,
+               "usage: moeserve <subcommand> [flags]\n\n"
+               "An inference and serving engine for hybrid Mixture-of-Experts language models.\n\n"
+               "subcommands:\n");
+  for (const Subcommand& s : kSubcommands) {
+    std::fprintf(out, "  %-12.*s %.*s\n", static_cast<int>(s.name.size()), s.name.data(),
+                 static_cast<int>(s.summary.size()), s.summary.data());
+  }
+  std::fprintf(out, "\n'moeserve <subcommand> --help' lists a subcommand's flags.\n");
+}
+
+}  // namespace
+
+std::string DefaultModelDir() {
+  if (const char* env = std::getenv("MOESERVE_MODEL"); env != nullptr && *env != '\0') return env;
+  return MOESERVE_DEFAULT_MODEL_DIR;
+}
+
+int UsageError(const std::string& command, const Status& status) {
+  std::fprintf(stderr, "moeserve %s: %s\n", command.c_str(), status.message().c_str());
+  return 2;
+}
+
+int RuntimeError(const std::string& command, const Status& status) {
+  std::fprintf(stderr, "moeserve %s: %s\n", command.c_str(), status.message().c_str());
+  return 1;
+}
+
+}  // namespace moeserve::cli
+
+int main(int argc, char** argv) {
+  using namespace moeserve::cli;
+  if (argc < 2) {
+    PrintUsage(stderr);
+    return 2;
+  }
+  const std::string_view first = argv[1];
+  if (first == "--help" || first == "-h" || first == "help") {
+    PrintUsage(stdout);
+    return 0;
+  }
+  if (first == "--version") {
+    std::printf("moeserve %s\n", MOESERVE_VERSION);
+    return 0;
+  }
+  for (const Subcommand& s : kSubcommands) {
+    if (s.name == first) return s.run(std::vector<std::string>(argv + 2, argv + argc));
+  }
+  std::fprintf(stderr, "moeserve: unknown subcommand '%s' (see moeserve --help)\n", argv[1]);
+  return 2;
+}

@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "core/check.h"
 #include "core/dtype.h"
@@ -25,8 +26,14 @@ class TensorStorage {
  public:
   TensorStorage() = default;
   explicit TensorStorage(size_t bytes);
-  TensorStorage(TensorStorage&&) noexcept = default;
-  TensorStorage& operator=(TensorStorage&&) noexcept = default;
+  // A moved-from storage is empty (null data, size 0), never a size without memory.
+  TensorStorage(TensorStorage&& other) noexcept
+      : data_(std::move(other.data_)), size_(std::exchange(other.size_, 0)) {}
+  TensorStorage& operator=(TensorStorage&& other) noexcept {
+    data_ = std::move(other.data_);
+    size_ = std::exchange(other.size_, 0);
+    return *this;
+  }
 
   std::byte* data() { return data_.get(); }
   const std::byte* data() const { return data_.get(); }

@@ -1,0 +1,22 @@
+// The subcommands of the moeserve binary. Each takes the words after its name and returns the
+// process exit code: 0 success, 1 runtime failure, 2 usage error (CLI.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace moeserve::cli {
+
+int RunMakeModel(const std::vector<std::string>& args);
+int RunInspect(const std::vector<std::string>& args);
+
+// The model folder used when --model is omitted: $MOESERVE_MODEL, else the build's default.
+std::string DefaultModelDir();
+
+// Print "moeserve <command>: <message>" on stderr and return the exit code.
+int UsageError(const std::string& command, const Status& status);    // 2
+int RuntimeError(const std::string& command, const Status& status);  // 1
+
+}  // namespace moeserve::cli

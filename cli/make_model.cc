@@ -1,0 +1,514 @@
+// moeserve make-model: a Hugging Face model folder with random weights, for tests and
+// benchmarks. Deterministic for a seed: each tensor's values depend only on (seed, tensor name),
+// not on thread count or tensor order.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "cli/make_model_corpus.h"
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "core/timer.h"
+#include "io/model_config.h"
+#include "io/safetensors.h"
+#include "model/checkpoint_layout.h"
+#include "tokenizer/bpe_trainer.h"
+#include "tokenizer/tokenizer_files.h"
+
+namespace moeserve::cli {
+namespace {
+
+using io::Architecture;
+using io::ModelConfig;
+using model::CheckpointTensor;
+using model::TensorKind;
+
+constexpr char kCommand[] = "make-model";
+
+// ---- Presets ----
+
+enum class Preset { kTiny, kSmall, kBench };
+
+// The shapes of each (architecture, preset). tiny: a few MB, for tests (the hybrid one has the
+// shapes of ../shared/testdata/tiny-qwen3next). small: ~100 M parameters, the demo model. bench:
+// per-layer shapes of the real models (Qwen3-Next / Qwen3.5-35B-A3B: hidden 2048, 16 q heads x 256,
+// GDN 16 k / 32 v heads x 128, experts of width 512) with 8 layers and 32 experts top-8.
+ModelConfig PresetConfig(Architecture arch, Preset preset) {
+  ModelConfig c;
+  c.architecture = arch;
+  const bool hybrid = arch == Architecture::kQwen3Next || arch == Architecture::kQwen3_5Moe;
+  const bool moe = arch != Architecture::kQwen3 && arch != Architecture::kLlama;
+  switch (arch) {
+    case Architecture::kQwen3Next:
+      c.architecture_name = "Qwen3NextForCausalLM";
+      c.model_type = "qwen3_next";
+      break;
+    case Architecture::kQwen3_5Moe:
+      c.architecture_name = "Qwen3_5MoeForConditionalGeneration";
+      c.model_type = "qwen3_5_moe_text";
+      break;
+    case Architecture::kQwen3Moe:
+      c.architecture_name = "Qwen3MoeForCausalLM";
+      c.model_type = "qwen3_moe";
+      break;
+    case Architecture::kQwen3:
+      c.architecture_name = "Qwen3ForCausalLM";
+      c.model_type = "qwen3";
+      break;
+    case Architecture::kLlama:
+      c.architecture_name = "LlamaForCausalLM";
+      c.model_type = "llama";
+      break;
+  }
+  c.one_centered_norm = hybrid;
+  c.attn_output_gate = hybrid;
+  c.qk_norm = arch != Architecture::kLlama;
+  c.rope_theta = hybrid ? 1e7 : arch == Architecture::kLlama ? 5e5 : 1e6;
+  c.partial_rotary_factor = hybrid ? 0.25 : 1.0;
+  c.torch_dtype = "bfloat16";
+  c.norm_topk_prob = true;
+  c.max_position_embeddings = 32768;
+
+  switch (preset) {
+    case Preset::kTiny:
+      c.vocab_size = 512;
+      c.hidden_size = 256;
+      c.num_hidden_layers = 4;
+      c.num_attention_heads = 4;
+      c.num_key_value_heads = 2;
+      c.head_dim = 64;
+      c.intermediate_size = 512;
+      c.linear_num_key_heads = 2;
+      c.linear_num_value_heads = 4;
+      c.linear_key_head_dim = c.linear_value_head_dim = 64;
+      c.num_experts = 8;
+      c.num_experts_per_tok = 2;
+      c.moe_intermediate_size = 128;
+      c.shared_expert_intermediate_size = 128;
+      c.max_position_embeddings = 4096;
+      break;
+    case Preset::kSmall:
+      c.vocab_size = 8192;
+      c.hidden_size = 768;
+      c.intermediate_size = 2048;
+      if (hybrid) {
+        c.num_hidden_layers = 8;
+        c.num_attention_heads = 8;
+        c.num_key_value_heads = 2;
+        c.head_dim = 128;
+        c.linear_num_key_heads = 4;
+        c.linear_num_value_heads = 8;
+        c.linear_key_head_dim = c.linear_value_head_dim = 128;
+        c.num_experts = 16;
+        c.num_experts_per_tok = 4;
+        c.moe_intermediate_size = 192;
+        c.shared_expert_intermediate_size = 512;
+      } else {
+        c.num_hidden_layers = moe ? 8 : 14;
+        c.num_attention_heads = 12;
+        c.num_key_value_heads = 4;
+        c.head_dim = 64;
+        c.num_experts = 16;
+        c.num_experts_per_tok = 4;
+        c.moe_intermediate_size = 256;
+      }
+      break;
+    case Preset::kBench:
+      c.vocab_size = 32768;
+      c.hidden_size = 2048;
+      c.num_hidden_layers = 8;
+      c.intermediate_size = 6144;
+      c.num_experts = 32;
+      c.num_experts_per_tok = 8;
+      if (hybrid) {
+        c.num_attention_heads = 16;
+        c.num_key_value_heads = 2;
+        c.head_dim = 256;
+        c.linear_num_key_heads = 16;
+        c.linear_num_value_heads = 32;
+        c.linear_key_head_dim = c.linear_value_head_dim = 128;
+        c.moe_intermediate_size = 512;
+        c.shared_expert_intermediate_size = 512;
+      } else if (moe) {  // Qwen3-30B-A3B per-layer shapes
+        c.num_attention_heads = 32;
+        c.num_key_value_heads = 4;
+        c.head_dim = 128;
+        c.moe_intermediate_size = 768;
+      } else {  // Qwen3-1.7B per-layer shapes
+        c.num_attention_heads = 16;
+        c.num_key_value_heads = 8;
+        c.head_dim = 128;
+      }
+      break;
+  }
+  if (hybrid) {
+    c.linear_conv_kernel_dim = 4;
+    c.full_attention_interval = 4;
+    c.num_mtp_layers = 1;
+  }
+  if (!moe) {
+    c.num_experts = c.num_experts_per_tok = c.moe_intermediate_size = 0;
+  }
+  if (!hybrid) c.shared_expert_intermediate_size = 0;
+  return c;
+}
+
+// ---- Random values ----
+
+uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t Fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
+  return h;
+}
+
+// xoshiro256** seeded through SplitMix64: fast, and good enough for weights.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) {
+    for (uint64_t& s : s_) s = SplitMix64(seed);
+  }
+  uint64_t Next() {
+    const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = Rotl(s_[3], 45);
+    return result;
+  }
+  // Uniform in (0, 1): 53 random bits, never exactly 0.
+  double Uniform() { return (static_cast<double>(Next() >> 11) + 0.5) * 0x1.0p-53; }
+
+ private:
+  static uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  uint64_t s_[4];
+};
+
+// How a tensor's values are drawn. std 1/sqrt(fan_in) keeps every projection's output at the
+// scale of its input, so each sub-layer moves the residual stream.
+struct Init {
+  enum { kNormal, kUniformLog } dist = kNormal;
+  double mean = 0.0;
+  double scale = 1.0;  // std, or the upper end of the uniform for kUniformLog
+};
+
+Init InitFor(const CheckpointTensor& t) {
+  switch (t.kind) {
+    case TensorKind::kEmbedding:
+      return {Init::kNormal, 0.0, 1.0};
+    case TensorKind::kLinear:
+      return {Init::kNormal, 0.0, 1.0 / std::sqrt(static_cast<double>(t.shape.back()))};
+    case TensorKind::kBias:
+      return {Init::kNormal, 0.0, 0.02};
+    case TensorKind::kNormOneCentered:  // stored offsets around 0: the norm scales by 1 + w
+      return {Init::kNormal, 0.0, 0.1};
+    case TensorKind::kNormPlain:
+      return {Init::kNormal, 1.0, 0.1};
+    case TensorKind::kConvWeight:
+      return {Init::kNormal, 0.0, 1.0 / std::sqrt(static_cast<double>(t.shape.back()))};
+    case TensorKind::kALog:  // A ~ U(1, 16) as HF's init (which draws U(0, 16)), stored as log A
+      return {Init::kUniformLog, 0.0, 16.0};
+    case TensorKind::kDtBias:  // HF initializes dt_bias to ones
+      return {Init::kNormal, 1.0, 0.1};
+  }
+  return {};
+}
+
+// Fills out[0, n) with values of chunk `chunk` of the tensor; chunks are independent streams.
+void DrawChunk(const Init& init, uint64_t stream, float* out, size_t n) {
+  Rng rng(stream);
+  if (init.dist == Init::kUniformLog) {
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = static_cast<float>(std::log(1.0 + rng.Uniform() * (init.scale - 1.0)));
+    }
+    return;
+  }
+  for (size_t i = 0; i < n; i += 2) {  // Box-Muller: two normals per pair of uniforms
+    const double r = std::sqrt(-2.0 * std::log(rng.Uniform()));
+    const double theta = 2.0 * M_PI * rng.Uniform();
+    out[i] = static_cast<float>(init.mean + init.scale * r * std::cos(theta));
+    if (i + 1 < n) out[i + 1] = static_cast<float>(init.mean + init.scale * r * std::sin(theta));
+  }
+}
+
+constexpr size_t kChunkElements = size_t{1} << 18;
+
+// Progress on stderr for large models: a bar redrawn in place on a terminal, a line per 10 %
+// otherwise.
+class ProgressBar {
+ public:
+  explicit ProgressBar(uint64_t total) : total_(total), tty_(isatty(2) == 1) {}
+  void Advance(uint64_t bytes) {
+    done_ += bytes;
+    const int percent = static_cast<int>(100 * done_ / std::max<uint64_t>(total_, 1));
+    if (tty_) {
+      if (percent == last_) return;
+      const int filled = percent / 4;
+      std::fprintf(stderr, "\r[%-25s] %3d%% %.2f / %.2f GB", std::string(filled, '#').c_str(),
+                   percent, done_ * 1e-9, total_ * 1e-9);
+      if (done_ >= total_) std::fprintf(stderr, "\n");
+    } else if (percent / 10 != last_ / 10) {
+      std::fprintf(stderr, "make-model: %d%% (%.2f / %.2f GB)\n", percent, done_ * 1e-9,
+                   total_ * 1e-9);
+    }
+    last_ = percent;
+  }
+
+ private:
+  uint64_t total_;
+  uint64_t done_ = 0;
+  int last_ = -1;
+  bool tty_;
+};
+
+Status WriteTextFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return IoError("cannot write {}", path);
+  out << text;
+  out.close();
+  if (!out) return IoError("writing {} failed", path);
+  return OkStatus();
+}
+
+struct Options {
+  std::string arch = "qwen3_next";
+  std::string preset = "tiny";
+  std::string out;
+  std::string dtype = "bf16";
+  int64_t seed = 0;
+  int64_t mtp_layers = -1;  // -1: the preset's (1 for the hybrid models, 0 otherwise)
+  int64_t hidden_size = 0, num_layers = 0, num_experts = 0, experts_per_token = 0;
+  int64_t vocab_size = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int64_t moe_intermediate_size = 0, shared_expert_intermediate_size = -1;
+  int64_t intermediate_size = 0, full_attention_interval = 0;
+  int64_t max_shard_size_mb = 2048;
+  int64_t threads = 0;
+};
+
+// The preset's config with the size overrides applied, validated by a round trip through the
+// config.json text (so the file written is exactly one that parses).
+Result<ModelConfig> BuildConfig(const Options& o, const FlagSet& flags) {
+  Architecture arch;
+  if (!io::ParseArchitectureFlagName(o.arch, &arch)) {
+    return InvalidArgument("--arch: '{}' is not one of qwen3_next, qwen3_5_moe, qwen3_moe, qwen3, "
+                           "llama", o.arch);
+  }
+  Preset preset;
+  if (o.preset == "tiny") {
+    preset = Preset::kTiny;
+  } else if (o.preset == "small") {
+    preset = Preset::kSmall;
+  } else if (o.preset == "bench") {
+    preset = Preset::kBench;
+  } else {
+    return InvalidArgument("--preset: '{}' is not one of tiny, small, bench", o.preset);
+  }
+  ModelConfig c = PresetConfig(arch, preset);
+  auto override_positive = [&](const char* flag, int64_t value, int64_t* field) -> Status {
+    if (!flags.WasSet(flag)) return OkStatus();
+    if (value <= 0) return InvalidArgument("--{}: must be positive (got {})", flag, value);
+    *field = value;
+    return OkStatus();
+  };
+  RETURN_IF_ERROR(override_positive("hidden-size", o.hidden_size, &c.hidden_size));
+  RETURN_IF_ERROR(override_positive("num-layers", o.num_layers, &c.num_hidden_layers));
+  RETURN_IF_ERROR(override_positive("num-heads", o.num_heads, &c.num_attention_heads));
+  RETURN_IF_ERROR(override_positive("num-kv-heads", o.num_kv_heads, &c.num_key_value_heads));
+  RETURN_IF_ERROR(override_positive("head-dim", o.head_dim, &c.head_dim));
+  RETURN_IF_ERROR(override_positive("vocab-size", o.vocab_size, &c.vocab_size));
+  RETURN_IF_ERROR(
+      override_positive("intermediate-size", o.intermediate_size, &c.intermediate_size));
+  RETURN_IF_ERROR(override_positive("full-attention-interval", o.full_attention_interval,
+                                    &c.full_attention_interval));
+  const bool moe = c.num_experts > 0;
+  for (const char* flag : {"num-experts", "experts-per-token", "moe-intermediate-size"}) {
+    if (!moe && flags.WasSet(flag)) {
+      return InvalidArgument("--{}: {} is a dense architecture", flag, o.arch);
+    }
+  }
+  RETURN_IF_ERROR(override_positive("num-experts", o.num_experts, &c.num_experts));
+  RETURN_IF_ERROR(
+      override_positive("experts-per-token", o.experts_per_token, &c.num_experts_per_tok));
+  RETURN_IF_ERROR(override_positive("moe-intermediate-size", o.moe_intermediate_size,
+                                    &c.moe_intermediate_size));
+  if (flags.WasSet("shared-expert-intermediate-size")) {
+    if (!c.is_hybrid()) {
+      return InvalidArgument("--shared-expert-intermediate-size: {} has no shared expert", o.arch);
+    }
+    if (o.shared_expert_intermediate_size < 0) {
+      return InvalidArgument("--shared-expert-intermediate-size: must not be negative");
+    }
+    c.shared_expert_intermediate_size = o.shared_expert_intermediate_size;
+  }
+  if (flags.WasSet("mtp-layers")) {
+    if (o.mtp_layers < 0) return InvalidArgument("--mtp-layers: must not be negative");
+    if (o.mtp_layers > 0 && !c.is_hybrid()) {
+      return InvalidArgument("--mtp-layers: {} has no MTP head (only qwen3_next, qwen3_5_moe)",
+                             o.arch);
+    }
+    c.num_mtp_layers = o.mtp_layers;
+  }
+  // Three special tokens follow the byte-level BPE vocabulary, which starts with 256 bytes.
+  if (c.vocab_size < 259) {
+    return InvalidArgument("--vocab-size: must be at least 259 (256 byte tokens + 3 special)");
+  }
+  if (c.is_hybrid()) {
+    c.layer_types.clear();
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      c.layer_types.push_back((i + 1) % c.full_attention_interval != 0
+                                  ? io::LayerType::kLinearAttention
+                                  : io::LayerType::kFullAttention);
+    }
+  } else {
+    c.layer_types.assign(c.num_hidden_layers, io::LayerType::kFullAttention);
+  }
+  c.rotary_dim = static_cast<int64_t>(c.head_dim * c.partial_rotary_factor);
+  c.eos_token_ids = {0};  // placeholder inside the vocabulary; set once the tokenizer is built
+  Result<ModelConfig> parsed = io::ParseModelConfig(io::ModelConfigToJson(c));
+  if (!parsed.ok()) return parsed.status();
+  return c;
+}
+
+Status MakeModel(const Options& o, const FlagSet& flags) {
+  ASSIGN_OR_RETURN(ModelConfig config, BuildConfig(o, flags));
+  const std::optional<DType> dtype = ParseDTypeName(o.dtype);
+  if (!dtype || (*dtype != DType::kBF16 && *dtype != DType::kF32)) {
+    return InvalidArgument("--dtype: '{}' is not bf16 or f32", o.dtype);
+  }
+  config.torch_dtype = *dtype == DType::kBF16 ? "bfloat16" : "float32";
+  if (o.out.empty()) return InvalidArgument("--out is required");
+  if (o.max_shard_size_mb <= 0) return InvalidArgument("--max-shard-size: must be positive");
+
+  std::error_code ec;
+  std::filesystem::create_directories(o.out, ec);
+  if (ec || !std::filesystem::is_directory(o.out)) {
+    return IoError("cannot create the folder {}: {}", o.out, ec ? ec.message() : "not a folder");
+  }
+
+  // Tokenizer: byte-level BPE trained on the embedded corpus, then the three ChatML specials.
+  const tokenizer::BpeVocab vocab =
+      tokenizer::TrainByteLevelBpe(kMakeModelCorpus, static_cast<size_t>(config.vocab_size - 3));
+  const int first_special = static_cast<int>(vocab.tokens.size());
+  const std::vector<tokenizer::SpecialToken> specials = {{"<|endoftext|>", first_special},
+                                                         {"<|im_start|>", first_special + 1},
+                                                         {"<|im_end|>", first_special + 2}};
+  config.bos_token_id = first_special;
+  config.eos_token_ids = {first_special + 2};
+  RETURN_IF_ERROR(WriteTextFile(o.out + "/tokenizer.json",
+                                tokenizer::MakeTokenizerJson(vocab, specials)));
+  RETURN_IF_ERROR(WriteTextFile(
+      o.out + "/tokenizer_config.json",
+      tokenizer::MakeTokenizerConfigJson(specials, tokenizer::kChatMlTemplate,
+                                         static_cast<int>(config.max_position_embeddings))));
+  RETURN_IF_ERROR(WriteTextFile(o.out + "/config.json", io::ModelConfigToJson(config)));
+  RETURN_IF_ERROR(WriteTextFile(
+      o.out + "/generation_config.json",
+      fmt::format("{{\n  \"bos_token_id\": {},\n  \"eos_token_id\": {},\n  \"do_sample\": false\n}}\n",
+                  config.bos_token_id, config.eos_token_ids[0])));
+
+  // Weights.
+  std::vector<io::SafetensorsTensorSpec> specs;
+  std::vector<Init> inits;
+  uint64_t total_bytes = 0;
+  model::ForEachCheckpointTensor(config, [&](const CheckpointTensor& t) {
+    specs.push_back({t.name, *dtype, t.shape});
+    inits.push_back(InitFor(t));
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    total_bytes += numel * DTypeSize(*dtype);
+  });
+  const size_t threads =
+      o.threads > 0 ? static_cast<size_t>(o.threads) : std::max(1u, std::thread::hardware_concurrency());
+  ThreadPool pool(threads);
+  ProgressBar progress(total_bytes);
+  const bool show_progress = total_bytes > (uint64_t{256} << 20);
+  std::vector<float> scratch;
+  auto fill = [&](size_t index, std::span<std::byte> out) {
+    const size_t n = out.size() / DTypeSize(*dtype);
+    float* values = reinterpret_cast<float*>(out.data());
+    if (*dtype != DType::kF32) {
+      scratch.resize(n);
+      values = scratch.data();
+    }
+    // Chunk c of a tensor draws from stream (seed, name, c): independent of threads and order.
+    uint64_t seed_state = static_cast<uint64_t>(o.seed);
+    const uint64_t base = Fnv1a(specs[index].name) ^ SplitMix64(seed_state);
+    const size_t chunks = (n + kChunkElements - 1) / kChunkElements;
+    pool.ParallelFor(chunks, [&](size_t chunk, size_t) {
+      const size_t begin = chunk * kChunkElements, end = std::min(n, begin + kChunkElements);
+      DrawChunk(inits[index], base + chunk * 0xd1b54a32d192ed03ull, values + begin, end - begin);
+      if (*dtype != DType::kF32) {
+        ConvertFromF32(values + begin, *dtype, out.data() + begin * DTypeSize(*dtype),
+                       end - begin);
+      }
+    });
+    if (show_progress) progress.Advance(out.size());
+  };
+  RETURN_IF_ERROR(io::WriteSafetensorsCheckpoint(
+      o.out, specs, fill, static_cast<uint64_t>(o.max_shard_size_mb) << 20));
+  return OkStatus();
+}
+
+}  // namespace
+
+int RunMakeModel(const std::vector<std::string>& args) {
+  Options o;
+  FlagSet flags("moeserve make-model",
+                "Writes a Hugging Face model folder (config.json, model.safetensors, tokenizer.json,\n"
+                "tokenizer_config.json) with random weights, deterministic for a seed.");
+  flags.String("arch", &o.arch, "qwen3_next | qwen3_5_moe | qwen3_moe | qwen3 | llama");
+  flags.String("preset", &o.preset, "tiny (a few MB) | small (~100 M params) | bench (~1.2 B)");
+  flags.String("out", &o.out, "output folder (created if absent)");
+  flags.Int("seed", &o.seed, "random seed");
+  flags.String("dtype", &o.dtype, "weight dtype: bf16 | f32");
+  flags.Int("mtp-layers", &o.mtp_layers, "MTP layers (hybrid archs; preset: 1, others 0)");
+  flags.Int("hidden-size", &o.hidden_size, "override the preset's hidden size");
+  flags.Int("num-layers", &o.num_layers, "override the number of decoder layers");
+  flags.Int("num-experts", &o.num_experts, "override the number of routed experts");
+  flags.Int("experts-per-token", &o.experts_per_token, "override top-k");
+  flags.Int("vocab-size", &o.vocab_size, "override the vocabulary size (>= 259)");
+  flags.Int("num-heads", &o.num_heads, "override the attention query heads");
+  flags.Int("num-kv-heads", &o.num_kv_heads, "override the attention KV heads");
+  flags.Int("head-dim", &o.head_dim, "override the attention head dim");
+  flags.Int("intermediate-size", &o.intermediate_size, "override the dense MLP width");
+  flags.Int("moe-intermediate-size", &o.moe_intermediate_size, "override the expert width");
+  flags.Int("shared-expert-intermediate-size", &o.shared_expert_intermediate_size,
+            "override the shared expert width (0: none)");
+  flags.Int("full-attention-interval", &o.full_attention_interval,
+            "hybrid archs: every N-th layer is full attention");
+  flags.Int("max-shard-size", &o.max_shard_size_mb,
+            "MiB per safetensors file; larger models are sharded with an index");
+  flags.Int("threads", &o.threads, "threads drawing weights (0: all cores)");
+  if (Status s = flags.Parse(args); !s.ok()) return UsageError(kCommand, s);
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  Stopwatch watch;
+  Status s = MakeModel(o, flags);
+  if (s.code() == StatusCode::kInvalidArgument) return UsageError(kCommand, s);
+  if (!s.ok()) return RuntimeError(kCommand, s);
+  std::fprintf(stderr, "make-model: wrote %s (%s, preset %s) in %.1f s\n", o.out.c_str(),
+               o.arch.c_str(), o.preset.c_str(), watch.ElapsedSeconds());
+  return 0;
+}
+
+}  // namespace moeserve::cli

@@ -1,0 +1,241 @@
+#include "model/checkpoint_layout.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace moeserve::model {
+namespace {
+
+using io::Architecture;
+using io::LayerType;
+using io::ModelConfig;
+
+// Emits the tensors of one model; `prefix` is where the current block's names start.
+class Walker {
+ public:
+  Walker(const ModelConfig& c, const std::function<void(const CheckpointTensor&)>& visit)
+      : c_(c), visit_(visit) {}
+
+  void Emit(const std::string& name, std::vector<int64_t> shape, TensorKind kind,
+            TensorUse use = TensorUse::kEveryToken, int64_t experts_in_tensor = 0) {
+    visit_(CheckpointTensor{name, std::move(shape), kind, mtp_ ? TensorUse::kMtp : use, layer_,
+                            experts_in_tensor});
+  }
+
+  TensorKind NormKind() const {
+    return c_.one_centered_norm ? TensorKind::kNormOneCentered : TensorKind::kNormPlain;
+  }
+
+  // One decoder layer: norms, attention or GDN, MLP or MoE. p ends with '.'.
+  void DecoderLayer(const std::string& p, LayerType type, bool moe) {
+    const int64_t H = c_.hidden_size;
+    Emit(p + "input_layernorm.weight", {H}, NormKind());
+    if (type == LayerType::kLinearAttention) {
+      GatedDeltaNet(p + "linear_attn.");
+    } else {
+      Attention(p + "self_attn.");
+    }
+    Emit(p + "post_attention_layernorm.weight", {H}, NormKind());
+    if (moe) {
+      Moe(p + "mlp.");
+    } else {
+      SwiGlu(p + "mlp.", c_.intermediate_size, TensorUse::kEveryToken);
+    }
+  }
+
+  void Attention(const std::string& p) {
+    const int64_t H = c_.hidden_size, hd = c_.head_dim;
+    const int64_t q_rows = c_.num_attention_heads * hd * (c_.attn_output_gate ? 2 : 1);
+    const int64_t kv_rows = c_.num_key_value_heads * hd;
+    const int64_t o_cols = c_.num_attention_heads * hd;
+    Emit(p + "q_proj.weight", {q_rows, H}, TensorKind::kLinear);
+    Emit(p + "k_proj.weight", {kv_rows, H}, TensorKind::kLinear);
+    Emit(p + "v_proj.weight", {kv_rows, H}, TensorKind::kLinear);
+    Emit(p + "o_proj.weight", {H, o_cols}, TensorKind::kLinear);
+    if (c_.attention_bias) {
+      Emit(p + "q_proj.bias", {q_rows}, TensorKind::kBias);
+      Emit(p + "k_proj.bias", {kv_rows}, TensorKind::kBias);
+      Emit(p + "v_proj.bias", {kv_rows}, TensorKind::kBias);
+      Emit(p + "o_proj.bias", {H}, TensorKind::kBias);
+    }
+    if (c_.qk_norm) {
+      // Per-head norms over head_dim; (1 + w) in the hybrid models, plain w in Qwen3.
+      Emit(p + "q_norm.weight", {hd}, NormKind());
+      Emit(p + "k_norm.weight", {hd}, NormKind());
+    }
+  }
+
+  // spec §2.1 / §2.3: Qwen3-Next stores in_proj_qkvz / in_proj_ba interleaved per key-head
+  // group; Qwen3.5 stores the four projections split.
+  void GatedDeltaNet(const std::string& p) {
+    const int64_t H = c_.hidden_size, nv = c_.linear_num_value_heads;
+    const int64_t key_dim = c_.linear_key_dim(), value_dim = c_.linear_value_dim();
+    if (c_.architecture == Architecture::kQwen3Next) {
+      Emit(p + "in_proj_qkvz.weight", {2 * key_dim + 2 * value_dim, H}, TensorKind::kLinear);
+      Emit(p + "in_proj_ba.weight", {2 * nv, H}, TensorKind::kLinear);
+    } else {
+      Emit(p + "in_proj_qkv.weight", {2 * key_dim + value_dim, H}, TensorKind::kLinear);
+      Emit(p + "in_proj_z.weight", {value_dim, H}, TensorKind::kLinear);
+      Emit(p + "in_proj_b.weight", {nv, H}, TensorKind::kLinear);
+      Emit(p + "in_proj_a.weight", {nv, H}, TensorKind::kLinear);
+    }
+    Emit(p + "conv1d.weight", {c_.linear_conv_dim(), 1, c_.linear_conv_kernel_dim},
+         TensorKind::kConvWeight);
+    Emit(p + "dt_bias", {nv}, TensorKind::kDtBias);
+    Emit(p + "A_log", {nv}, TensorKind::kALog);
+    Emit(p + "norm.weight", {c_.linear_value_head_dim}, TensorKind::kNormPlain);
+    Emit(p + "out_proj.weight", {H, value_dim}, TensorKind::kLinear);
+  }
+
+  void SwiGlu(const std::string& p, int64_t width, TensorUse use, int64_t experts = 0) {
+    const int64_t H = c_.hidden_size;
+    Emit(p + "gate_proj.weight", {width, H}, TensorKind::kLinear, use, experts);
+    Emit(p + "up_proj.weight", {width, H}, TensorKind::kLinear, use, experts);
+    Emit(p + "down_proj.weight", {H, width}, TensorKind::kLinear, use, experts);
+  }
+
+  void Moe(const std::string& p) {
+    const int64_t H = c_.hidden_size, E = c_.num_experts, I = c_.moe_intermediate_size;
+    Emit(p + "gate.weight", {E, H}, TensorKind::kLinear);  // the router
+    if (c_.architecture == Architecture::kQwen3_5Moe) {
+      // Fused: gate_up_proj rows [0, I) = gate, [I, 2I) = up (spec §2.3).
+      Emit(p + "experts.gate_up_proj", {E, 2 * I, H}, TensorKind::kLinear,
+           TensorUse::kRoutedExperts, E);
+      Emit(p + "experts.down_proj", {E, H, I}, TensorKind::kLinear, TensorUse::kRoutedExperts, E);
+    } else {
+      for (int64_t e = 0; e < E; ++e) {
+        SwiGlu(fmt::format("{}experts.{}.", p, e), I, TensorUse::kRoutedExperts, 1);
+      }
+    }
+    if (c_.shared_expert_intermediate_size > 0) {
+      SwiGlu(p + "shared_expert.", c_.shared_expert_intermediate_size, TensorUse::kEveryToken);
+      Emit(p + "shared_expert_gate.weight", {1, H}, TensorKind::kLinear);
+    }
+  }
+
+  void Model() {
+    const int64_t H = c_.hidden_size, V = c_.vocab_size;
+    const std::string p = DecoderPrefix(c_);
+    Emit(p + "embed_tokens.weight", {V, H}, TensorKind::kEmbedding, TensorUse::kEmbeddingRow);
+    for (int64_t i = 0; i < c_.num_hidden_layers; ++i) {
+      layer_ = i;
+      DecoderLayer(fmt::format("{}layers.{}.", p, i), c_.layer_types[i], c_.IsMoeLayer(i));
+    }
+    layer_ = -1;
+    Emit(p + "norm.weight", {H}, NormKind());
+    if (!c_.tie_word_embeddings) Emit("lm_head.weight", {V, H}, TensorKind::kLinear);
+
+    // MTP head (spec §2.2): fc over [norm(embedding); norm(hidden)], full-attention MoE layers,
+    // final norm; embedding and lm_head are the main model's.
+    if (c_.num_mtp_layers == 0) return;
+    mtp_ = true;
+    Emit("mtp.fc.weight", {H, 2 * H}, TensorKind::kLinear);
+    Emit("mtp.pre_fc_norm_embedding.weight", {H}, NormKind());
+    Emit("mtp.pre_fc_norm_hidden.weight", {H}, NormKind());
+    for (int64_t i = 0; i < c_.num_mtp_layers; ++i) {
+      layer_ = i;
+      DecoderLayer(fmt::format("mtp.layers.{}.", i), LayerType::kFullAttention,
+                   c_.num_experts > 0);
+    }
+    layer_ = -1;
+    Emit("mtp.norm.weight", {H}, NormKind());
+    mtp_ = false;
+  }
+
+ private:
+  const ModelConfig& c_;
+  const std::function<void(const CheckpointTensor&)>& visit_;
+  int64_t layer_ = -1;
+  bool mtp_ = false;
+};
+
+constexpr char kModelPrefix[] = "model.";
+constexpr char kLanguageModelPrefix[] = "model.language_model.";
+
+}  // namespace
+
+std::string DecoderPrefix(const ModelConfig& config) {
+  return config.architecture_name == "Qwen3_5MoeForConditionalGeneration" ? kLanguageModelPrefix
+                                                                           : kModelPrefix;
+}
+
+void ForEachCheckpointTensor(const ModelConfig& config,
+                             const std::function<void(const CheckpointTensor&)>& visit) {
+  Walker(config, visit).Model();
+}
+
+Result<std::vector<ResolvedTensor>> ResolveCheckpoint(const ModelConfig& config,
+                                                      const io::SafetensorsCheckpoint& checkpoint) {
+  std::vector<ResolvedTensor> resolved;
+  Status status;
+  ForEachCheckpointTensor(config, [&](const CheckpointTensor& spec) {
+    if (!status.ok()) return;
+    const io::SafetensorsTensor* stored = checkpoint.Find(spec.name);
+    if (stored == nullptr && config.architecture == Architecture::kQwen3_5Moe) {
+      // Text-only re-exports of Qwen3.5 drop "language_model." (spec §2.3), and the reverse.
+      const std::string& n = spec.name;
+      std::string other;
+      if (n.starts_with(kLanguageModelPrefix)) {
+        other = kModelPrefix + n.substr(sizeof(kLanguageModelPrefix) - 1);
+      } else if (n.starts_with(kModelPrefix)) {
+        other = kLanguageModelPrefix + n.substr(sizeof(kModelPrefix) - 1);
+      }
+      if (!other.empty()) stored = checkpoint.Find(other);
+    }
+    if (stored == nullptr) {
+      status = NotFound("the checkpoint has no tensor '{}' (shape [{}]), which {} needs",
+                        spec.name, fmt::join(spec.shape, ", "), config.architecture_name);
+      return;
+    }
+    if (stored->shape != spec.shape) {
+      status = InvalidArgument("tensor '{}' in {} has shape [{}], but config.json implies [{}]",
+                               spec.name, stored->file, fmt::join(stored->shape, ", "),
+                               fmt::join(spec.shape, ", "));
+      return;
+    }
+    resolved.push_back(ResolvedTensor{spec, stored});
+  });
+  if (!status.ok()) return status;
+  return resolved;
+}
+
+ModelStats ComputeModelStats(const ModelConfig& config,
+                             const std::function<size_t(const CheckpointTensor&)>& element_size) {
+  ModelStats s;
+  int64_t routed_params = 0, routed_bytes = 0;
+  ForEachCheckpointTensor(config, [&](const CheckpointTensor& t) {
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    const int64_t bytes = numel * static_cast<int64_t>(element_size(t));
+    switch (t.use) {
+      case TensorUse::kMtp:
+        s.params_mtp += numel;
+        return;
+      case TensorUse::kEveryToken:
+        s.params_total += numel;
+        s.params_active += numel;
+        s.bytes_per_token += bytes;
+        return;
+      case TensorUse::kEmbeddingRow:
+        // One row per token, unless the table is also the lm_head, which reads all of it.
+        s.params_total += numel;
+        s.params_active += numel;
+        s.bytes_per_token += config.tie_word_embeddings ? bytes : bytes / t.shape[0];
+        return;
+      case TensorUse::kRoutedExperts:
+        s.params_total += numel;
+        routed_params += numel;
+        routed_bytes += bytes;
+        return;
+    }
+  });
+  // Every MoE layer holds num_experts equal experts; a token reads top-k of them. Summed over
+  // all layers first so that the division is exact.
+  if (config.num_experts > 0) {
+    s.params_active += routed_params / config.num_experts * config.num_experts_per_tok;
+    s.bytes_per_token += routed_bytes / config.num_experts * config.num_experts_per_tok;
+  }
+  return s;
+}
+
+}  // namespace moeserve::model

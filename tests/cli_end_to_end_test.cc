@@ -1,0 +1,245 @@
+// Runs the moeserve binary as a user would: make-model for every architecture, inspect on the
+// result, and bad command lines.
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "io/model_config.h"
+#include "model/checkpoint_layout.h"
+
+namespace moeserve {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct CommandResult {
+  int exit_code;
+  std::string out;
+  std::string err;
+};
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() / ("moeserve_cli_test_" + std::to_string(getpid())));
+    fs::create_directories(*dir_);
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+
+  // Runs `moeserve <args>`; args are passed through the shell as written.
+  static CommandResult Run(const std::string& args) {
+    const fs::path err_file = *dir_ / "stderr.txt";
+    const std::string cmd = std::string(MOESERVE_BINARY) + " " + args + " 2>" + err_file.string();
+    FILE* pipe = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+    const int status = pclose(pipe);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, ReadFile(err_file)};
+  }
+
+  static fs::path Dir(const std::string& name) { return *dir_ / name; }
+
+  static fs::path* dir_;
+};
+
+fs::path* CliTest::dir_ = nullptr;
+
+TEST_F(CliTest, MakeModelThenInspectEveryArchitecture) {
+  for (const char* arch : {"qwen3_next", "qwen3_5_moe", "qwen3_moe", "qwen3", "llama"}) {
+    SCOPED_TRACE(arch);
+    const fs::path out = Dir(std::string("tiny_") + arch);
+    CommandResult made = Run(fmt::format("make-model --arch {} --preset tiny --seed 1 --out {}",
+                                         arch, out.string()));
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+    for (const char* file : {"config.json", "model.safetensors", "tokenizer.json",
+                             "tokenizer_config.json", "generation_config.json"}) {
+      EXPECT_TRUE(fs::exists(out / file)) << file;
+    }
+    CommandResult inspected = Run("inspect --json --bandwidth 10 --model " + out.string());
+    ASSERT_EQ(inspected.exit_code, 0) << inspected.err;
+    const json j = json::parse(inspected.out);
+
+    Result<io::ModelConfig> config = io::LoadModelConfig(out.string());
+    ASSERT_TRUE(config.ok()) << config.status().ToString();
+    EXPECT_EQ(io::ArchitectureFlagName(config->architecture), arch);
+    EXPECT_EQ(j["architecture"], config->architecture_name);
+    EXPECT_EQ(j["layer_types"].size(), static_cast<size_t>(config->num_hidden_layers));
+    const model::ModelStats stats = model::ComputeModelStats(
+        *config, [](const model::CheckpointTensor&) { return size_t{2}; });
+    EXPECT_EQ(j["params_total"], stats.params_total);
+    EXPECT_EQ(j["params_active"], stats.params_active);
+    EXPECT_EQ(j["bytes_per_token"], stats.bytes_per_token);
+    EXPECT_DOUBLE_EQ(j["bandwidth_gbs"].get<double>(), 10.0);
+    EXPECT_NEAR(j["roofline_tok_s"].get<double>(), 10e9 / stats.bytes_per_token, 1e-6);
+
+    // The tokenizer's special tokens sit right after the BPE vocabulary, inside the model's.
+    const json tok = json::parse(ReadFile(out / "tokenizer.json"));
+    int64_t im_end = -1;
+    for (const json& added : tok["added_tokens"]) {
+      if (added["content"] == "<|im_end|>") im_end = added["id"];
+    }
+    EXPECT_EQ(config->eos_token_ids, std::vector<int64_t>{im_end});
+    EXPECT_LT(im_end, config->vocab_size);
+  }
+}
+
+// The tiny hybrid preset has the shapes of ../shared/testdata/tiny-qwen3next: the hand
+// computation of model/checkpoint_layout_test.cc applies.
+TEST_F(CliTest, TinyQwen3NextCountsMatchTheHandComputation) {
+  const fs::path out = Dir("tiny_counts");
+  ASSERT_EQ(Run("make-model --arch qwen3_next --preset tiny --out " + out.string()).exit_code, 0);
+  CommandResult r = Run("inspect --json --bandwidth 20 --model " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["params_total"], 4873816);
+  EXPECT_EQ(j["params_active"], 2514520);
+  EXPECT_EQ(j["params_mtp"], 1281664);
+  EXPECT_EQ(j["bytes_per_token"], 2 * (2514520 - 512 * 256 + 256));
+  // And the written folder has exactly the tensors of the independent golden checkpoint.
+  const json mine = json::parse(ReadFile(out / "config.json"));
+  EXPECT_EQ(mine["layer_types"],
+            json::parse(ReadFile(MOESERVE_SHARED_DIR "/testdata/tiny-qwen3next/config.json"))
+                ["layer_types"]);
+}
+
+TEST_F(CliTest, MakeModelIsDeterministicForASeed) {
+  const fs::path a = Dir("seed_a"), b = Dir("seed_b"), c = Dir("seed_c");
+  ASSERT_EQ(Run("make-model --preset tiny --seed 5 --out " + a.string()).exit_code, 0);
+  ASSERT_EQ(Run("make-model --preset tiny --seed 5 --threads 1 --out " + b.string()).exit_code, 0);
+  ASSERT_EQ(Run("make-model --preset tiny --seed 6 --out " + c.string()).exit_code, 0);
+  for (const char* file : {"model.safetensors", "tokenizer.json", "config.json"}) {
+    EXPECT_EQ(ReadFile(a / file), ReadFile(b / file)) << file;
+  }
+  EXPECT_NE(ReadFile(a / "model.safetensors"), ReadFile(c / "model.safetensors"));
+}
+
+TEST_F(CliTest, ShardedF32Model) {
+  const fs::path out = Dir("sharded");
+  CommandResult made = Run("make-model --arch qwen3_moe --preset tiny --dtype f32 "
+                           "--max-shard-size 2 --out " + out.string());
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  EXPECT_TRUE(fs::exists(out / "model.safetensors.index.json"));
+  EXPECT_FALSE(fs::exists(out / "model.safetensors"));
+  CommandResult r = Run("inspect --json --bandwidth 10 --model " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["bytes_per_token"].get<int64_t>() % 4, 0);
+  EXPECT_EQ(j["weight_bytes"].get<int64_t>(), 4 * j["params_total"].get<int64_t>());
+}
+
+TEST_F(CliTest, SizeOverrides) {
+  const fs::path out = Dir("override");
+  CommandResult made = Run("make-model --arch qwen3_next --preset tiny --hidden-size 128 "
+                           "--num-layers 8 --num-experts 4 --experts-per-token 1 "
+                           "--vocab-size 300 --mtp-layers 0 --out " + out.string());
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  Result<io::ModelConfig> config = io::LoadModelConfig(out.string());
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(config->hidden_size, 128);
+  EXPECT_EQ(config->num_hidden_layers, 8);
+  EXPECT_EQ(config->num_layers_of(io::LayerType::kFullAttention), 2);
+  EXPECT_EQ(config->num_experts, 4);
+  EXPECT_EQ(config->num_experts_per_tok, 1);
+  EXPECT_EQ(config->vocab_size, 300);
+  EXPECT_EQ(config->num_mtp_layers, 0);
+  EXPECT_EQ(Run("inspect --bandwidth 5 --model " + out.string()).exit_code, 0);
+}
+
+TEST_F(CliTest, HumanInspectOutputAndMeasuredBandwidth) {
+  const fs::path out = Dir("human");
+  ASSERT_EQ(Run("make-model --arch qwen3_5_moe --preset tiny --out " + out.string()).exit_code, 0);
+  CommandResult r = Run("inspect --threads 1 --model " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("Qwen3_5MoeForConditionalGeneration"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("3 x linear_attention, full_attention"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("measured read bandwidth"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("roofline decode"), std::string::npos) << r.out;
+}
+
+// Bad command lines: exit code 2 and one line naming the problem.
+TEST_F(CliTest, BadCommandLinesExit2WithOneLine) {
+  const fs::path out = Dir("bad");
+  struct Case {
+    std::string args;
+    const char* expected;
+  };
+  const std::vector<Case> cases = {
+      {"", "usage"},
+      {"frobnicate", "unknown subcommand 'frobnicate'"},
+      {"make-model --bogus", "unknown flag --bogus"},
+      {"make-model --out", "--out needs a value"},
+      {"make-model --seed abc --out " + out.string(), "--seed: 'abc' is not an integer"},
+      {"make-model --arch gpt2 --out " + out.string(), "--arch: 'gpt2'"},
+      {"make-model --preset huge --out " + out.string(), "--preset: 'huge'"},
+      {"make-model --dtype f16 --out " + out.string(), "--dtype: 'f16'"},
+      {"make-model --vocab-size 100 --out " + out.string(), "--vocab-size"},
+      {"make-model --hidden-size 0 --out " + out.string(), "--hidden-size"},
+      {"make-model --arch qwen3 --num-experts 4 --out " + out.string(), "--num-experts"},
+      {"make-model --arch qwen3 --mtp-layers 1 --out " + out.string(), "--mtp-layers"},
+      {"make-model --num-heads 3 --out " + out.string(), "num_key_value_heads"},
+      {"make-model", "--out is required"},
+      {"inspect --bandwidth fast", "--bandwidth: 'fast' is not a number"},
+      {"inspect --bandwidth -1", "--bandwidth"},
+      {"inspect extra", "unexpected argument 'extra'"},
+  };
+  for (const Case& c : cases) {
+    CommandResult r = Run(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.err;
+    if (c.args.empty()) continue;  // prints the usage text
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.args << ": " << r.err;
+  }
+}
+
+TEST_F(CliTest, RuntimeFailuresExit1NamingTheProblem) {
+  CommandResult r = Run("inspect --bandwidth 1 --model /nonexistent/model");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("/nonexistent/model"), std::string::npos) << r.err;
+
+  // A folder whose weights do not match its config.json.
+  const fs::path a = Dir("mismatch_a"), b = Dir("mismatch_b");
+  ASSERT_EQ(Run("make-model --preset tiny --out " + a.string()).exit_code, 0);
+  ASSERT_EQ(Run("make-model --preset tiny --hidden-size 128 --out " + b.string()).exit_code, 0);
+  fs::copy_file(b / "config.json", a / "config.json", fs::copy_options::overwrite_existing);
+  r = Run("inspect --bandwidth 1 --model " + a.string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("model.embed_tokens.weight"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, HelpAndVersion) {
+  CommandResult r = Run("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("make-model"), std::string::npos);
+  EXPECT_NE(r.out.find("inspect"), std::string::npos);
+  r = Run("make-model --help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("--mtp-layers"), std::string::npos);
+  r = Run("--version");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("moeserve"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace moeserve
