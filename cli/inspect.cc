@@ -1,5 +1,6 @@
 // moeserve inspect: what a model folder holds and how fast it can decode on this machine.
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include <fmt/format.h>
@@ -164,7 +165,14 @@ int RunInspect(const std::vector<std::string>& args) {
   if (flags.WasSet("bandwidth") && o.bandwidth_gbs <= 0.0) {
     return UsageError(kCommand, InvalidArgument("--bandwidth: must be positive"));
   }
-  if (o.model.empty()) o.model = DefaultModelDir();
+  if (o.model.empty()) {
+    o.model = DefaultModelDir();
+    if (!std::filesystem::exists(o.model + "/config.json")) {
+      return RuntimeError(kCommand, NotFound("no default model at {} (scripts/run.sh creates it, "
+                                             "or: moeserve make-model --preset small --out {})",
+                                             o.model, o.model));
+    }
+  }
   Status s = Inspect(o);
   if (!s.ok()) return RuntimeError(kCommand, s);
   return 0;
