@@ -1,5 +1,7 @@
 #include "core/dtype.h"
 
+#include <gtest/gtest.h>
+
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -7,8 +9,6 @@
 #include <limits>
 #include <random>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace moeserve {
 namespace {
@@ -213,17 +213,17 @@ TEST(F16Test, SpecialValues) {
   EXPECT_EQ(F32ToF16(0.0f), 0x0000u);
   EXPECT_EQ(F32ToF16(-0.0f), 0x8000u);
   EXPECT_EQ(F32ToF16(1.0f), 0x3c00u);
-  EXPECT_EQ(F32ToF16(65504.0f), 0x7bffu);   // largest finite
+  EXPECT_EQ(F32ToF16(65504.0f), 0x7bffu);                  // largest finite
   EXPECT_EQ(F32ToF16(F32FromBits(0x477fefffu)), 0x7bffu);  // just below the tie with "65536"
-  EXPECT_EQ(F32ToF16(65520.0f), 0x7c00u);    // the tie rounds to even, which is infinity
+  EXPECT_EQ(F32ToF16(65520.0f), 0x7c00u);  // the tie rounds to even, which is infinity
   EXPECT_EQ(F32ToF16(-65520.0f), 0xfc00u);
   EXPECT_EQ(F32ToF16(std::numeric_limits<float>::infinity()), 0x7c00u);
-  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -24)), 0x0001u);                  // smallest subnormal
-  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -25)), 0x0000u);                  // tie with 0: even
+  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -24)), 0x0001u);  // smallest subnormal
+  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -25)), 0x0000u);  // tie with 0: even
   EXPECT_EQ(F32ToF16(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001u);
   EXPECT_EQ(F32ToF16(-std::ldexp(1.0f, -26)), 0x8000u);
-  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -14)), 0x0400u);                  // smallest normal
-  EXPECT_EQ(F32ToF16(std::ldexp(1023.5f, -24)), 0x0400u);  // tie rounds up into the normals
+  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -14)), 0x0400u);        // smallest normal
+  EXPECT_EQ(F32ToF16(std::ldexp(1023.5f, -24)), 0x0400u);     // tie rounds up into the normals
   EXPECT_TRUE(IsF16NaN(F32ToF16(F32FromBits(0x7f800001u))));  // payload only in dropped bits
   EXPECT_TRUE(IsF16NaN(F32ToF16(std::numeric_limits<float>::signaling_NaN())));
   EXPECT_EQ(F32ToF16(F32FromBits(0xffc00000u)) & 0x8000u, 0x8000u);
@@ -235,8 +235,7 @@ bool F32ToF16MatchesCompiler(uint32_t u, int* failures) {
   const float f = F32FromBits(u);
   const uint16_t got = F32ToF16(f);
   const uint16_t want = Float16Bits(static_cast<_Float16>(f));
-  const bool ok = IsNaNBits(u) ? IsF16NaN(got) && (got & 0x8000u) == (want & 0x8000u)
-                               : got == want;
+  const bool ok = IsNaNBits(u) ? IsF16NaN(got) && (got & 0x8000u) == (want & 0x8000u) : got == want;
   if (!ok && ++*failures <= kMaxReported) {
     ADD_FAILURE() << std::hex << "f32 0x" << u << " -> 0x" << got << ", want 0x" << want;
   }

@@ -1,10 +1,10 @@
 #include "core/status.h"
 
+#include <gtest/gtest.h>
+
 #include <memory>
 #include <string>
 #include <utility>
-
-#include <gtest/gtest.h>
 
 namespace moeserve {
 namespace {

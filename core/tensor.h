@@ -100,6 +100,14 @@ class OwnedTensor {
   OwnedTensor(DType dtype, std::span<const int64_t> shape);
   OwnedTensor(DType dtype, std::initializer_list<int64_t> shape)
       : OwnedTensor(dtype, std::span<const int64_t>(shape.begin(), shape.size())) {}
+  // Moving hands the memory over; the source is left empty rather than viewing freed memory.
+  OwnedTensor(OwnedTensor&& other) noexcept
+      : storage_(std::move(other.storage_)), view_(std::exchange(other.view_, Tensor())) {}
+  OwnedTensor& operator=(OwnedTensor&& other) noexcept {
+    storage_ = std::move(other.storage_);
+    view_ = std::exchange(other.view_, Tensor());
+    return *this;
+  }
 
   const Tensor& view() const { return view_; }
   operator const Tensor&() const { return view_; }  // NOLINT: a view of owned memory

@@ -1,11 +1,11 @@
 #include "core/tensor.h"
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <limits>
 #include <utility>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace moeserve {
 namespace {
@@ -209,6 +209,26 @@ TEST(CheckedNumelTest, RejectsNegativeAndOverflow) {
   EXPECT_FALSE(CheckedNumel(std::vector<int64_t>{int64_t{1} << 32, int64_t{1} << 31}, &n));
   EXPECT_FALSE(CheckedNumel(std::vector<int64_t>{std::numeric_limits<int64_t>::max(), 2}, &n));
   EXPECT_EQ(n, 7);  // untouched on failure
+}
+
+}  // namespace
+}  // namespace moeserve
+
+namespace moeserve {
+namespace {
+
+TEST(OwnedTensorMoveTest, MovedFromIsEmpty) {
+  OwnedTensor a(DType::kF32, {2, 3});
+  void* data = a.view().data();
+  OwnedTensor b(std::move(a));
+  EXPECT_EQ(b.view().data(), data);
+  EXPECT_EQ(b.view().numel(), 6);
+  EXPECT_EQ(a.view().data(), nullptr);  // NOLINT(bugprone-use-after-move): checking the state
+  EXPECT_EQ(a.view().rank(), 0u);
+  OwnedTensor c;
+  c = std::move(b);
+  EXPECT_EQ(c.view().data(), data);
+  EXPECT_EQ(b.view().data(), nullptr);  // NOLINT(bugprone-use-after-move)
 }
 
 }  // namespace

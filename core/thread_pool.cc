@@ -43,9 +43,17 @@ void ThreadPool::Run(size_t num_tasks, TaskFn fn, const void* ctx) {
   generation_.notify_all();
 
   DrainTasks(0);
-  // The join: wait until every worker has seen this job and finished its share.
+  // The join: wait until every worker has seen this job and finished its share. Spin first (the
+  // common case is a wait of microseconds), then yield so that a worker descheduled on an
+  // oversubscribed machine gets the core instead of us burning it.
   const size_t n = workers_.size();
-  while (workers_done_.load(std::memory_order_acquire) != n) _mm_pause();
+  for (int i = 0; workers_done_.load(std::memory_order_acquire) != n; ++i) {
+    if (i < kSpinIterations / 4) {
+      _mm_pause();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   barrier_count_.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -53,8 +61,14 @@ void ThreadPool::WorkerLoop(size_t thread) {
   uint64_t seen = 0;
   for (;;) {
     uint64_t gen = generation_.load(std::memory_order_acquire);
+    // Poll, then poll while yielding (cheap when we own a core, polite when we do not), then
+    // sleep until the next job.
     for (int i = 0; gen == seen && i < kSpinIterations; ++i) {
-      _mm_pause();
+      if (i < kSpinIterations / 4) {
+        _mm_pause();
+      } else {
+        std::this_thread::yield();
+      }
       gen = generation_.load(std::memory_order_acquire);
     }
     if (gen == seen) {

@@ -1,16 +1,17 @@
 // ReadSum on every compiled SIMD target against the scalar twin, and a smoke test of
 // MeasureReadBandwidth.
 
+#include "kernels/memory_bandwidth.h"
+
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <random>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "core/thread_pool.h"
-#include "kernels/memory_bandwidth.h"
 #include "kernels/ref/memory_bandwidth_ref.h"
 
 // foreach_target.h re-includes this file once per target; the per-target tests below call that
