@@ -2,9 +2,11 @@
 // process exit code: 0 success, 1 runtime failure, 2 usage error (CLI.md).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "cli/flags.h"
 #include "core/status.h"
 
 namespace moeserve::cli {
@@ -14,6 +16,11 @@ int RunInspect(const std::vector<std::string>& args);
 
 // The model folder used when --model is omitted: $MOESERVE_MODEL, else the build's default.
 std::string DefaultModelDir();
+
+// Parses a subcommand's flags. Returns the exit code when the command should stop here: 0 after
+// printing --help, 2 after printing a usage error; nullopt to go on.
+std::optional<int> ParseFlags(FlagSet& flags, const std::vector<std::string>& args,
+                              const std::string& command);
 
 // Print "moeserve <command>: <message>" on stderr and return the exit code.
 int UsageError(const std::string& command, const Status& status);    // 2

@@ -157,11 +157,7 @@ int RunInspect(const std::vector<std::string>& args) {
   flags.Bool("json", &o.json, "print JSON");
   flags.Double("bandwidth", &o.bandwidth_gbs, "read bandwidth in GB/s (0: measure it)");
   flags.Int("threads", &o.threads, "threads for the bandwidth probe (0: all cores)");
-  if (Status s = flags.Parse(args); !s.ok()) return UsageError(kCommand, s);
-  if (flags.help_requested()) {
-    std::fputs(flags.Help().c_str(), stdout);
-    return 0;
-  }
+  if (std::optional<int> exit_code = ParseFlags(flags, args, kCommand)) return *exit_code;
   if (flags.WasSet("bandwidth") && o.bandwidth_gbs <= 0.0) {
     return UsageError(kCommand, InvalidArgument("--bandwidth: must be positive"));
   }

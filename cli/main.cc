@@ -1,6 +1,5 @@
 // moeserve: one binary, one subcommand per job (CLI.md).
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,21 +35,6 @@ void PrintUsage(std::FILE* out) {
 }
 
 }  // namespace
-
-std::string DefaultModelDir() {
-  if (const char* env = std::getenv("MOESERVE_MODEL"); env != nullptr && *env != '\0') return env;
-  return MOESERVE_DEFAULT_MODEL_DIR;
-}
-
-int UsageError(const std::string& command, const Status& status) {
-  std::fprintf(stderr, "moeserve %s: %s\n", command.c_str(), status.message().c_str());
-  return 2;
-}
-
-int RuntimeError(const std::string& command, const Status& status) {
-  std::fprintf(stderr, "moeserve %s: %s\n", command.c_str(), status.message().c_str());
-  return 1;
-}
 
 }  // namespace moeserve::cli
 

@@ -371,12 +371,7 @@ Result<ModelConfig> BuildConfig(const Options& o, const FlagSet& flags) {
     return InvalidArgument("--vocab-size: must be at least 259 (256 byte tokens + 3 special)");
   }
   if (c.is_hybrid()) {
-    c.layer_types.clear();
-    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      c.layer_types.push_back((i + 1) % c.full_attention_interval != 0
-                                  ? io::LayerType::kLinearAttention
-                                  : io::LayerType::kFullAttention);
-    }
+    c.layer_types = io::IntervalLayerTypes(c.num_hidden_layers, c.full_attention_interval);
   } else {
     c.layer_types.assign(c.num_hidden_layers, io::LayerType::kFullAttention);
   }
@@ -497,11 +492,7 @@ int RunMakeModel(const std::vector<std::string>& args) {
   flags.Int("max-shard-size", &o.max_shard_size_mb,
             "MiB per safetensors file; larger models are sharded with an index");
   flags.Int("threads", &o.threads, "threads drawing weights (0: all cores)");
-  if (Status s = flags.Parse(args); !s.ok()) return UsageError(kCommand, s);
-  if (flags.help_requested()) {
-    std::fputs(flags.Help().c_str(), stdout);
-    return 0;
-  }
+  if (std::optional<int> exit_code = ParseFlags(flags, args, kCommand)) return *exit_code;
   Stopwatch watch;
   Status s = MakeModel(o, flags);
   if (s.code() == StatusCode::kInvalidArgument) return UsageError(kCommand, s);

@@ -340,11 +340,7 @@ Result<ModelConfig> Parse(const json& root) {
     if (c.full_attention_interval <= 0) {
       return InvalidArgument("{}: key 'full_attention_interval' must be positive", where);
     }
-    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      c.layer_types.push_back((i + 1) % c.full_attention_interval != 0
-                                  ? LayerType::kLinearAttention
-                                  : LayerType::kFullAttention);
-    }
+    c.layer_types = IntervalLayerTypes(c.num_hidden_layers, c.full_attention_interval);
   } else {
     c.layer_types.assign(static_cast<size_t>(std::max<int64_t>(c.num_hidden_layers, 0)),
                          LayerType::kFullAttention);
@@ -384,6 +380,15 @@ bool ParseArchitectureFlagName(std::string_view name, Architecture* arch) {
 
 std::string_view LayerTypeName(LayerType type) {
   return type == LayerType::kLinearAttention ? "linear_attention" : "full_attention";
+}
+
+std::vector<LayerType> IntervalLayerTypes(int64_t num_layers, int64_t full_attention_interval) {
+  std::vector<LayerType> types;
+  for (int64_t i = 0; i < num_layers; ++i) {
+    types.push_back((i + 1) % full_attention_interval != 0 ? LayerType::kLinearAttention
+                                                           : LayerType::kFullAttention);
+  }
+  return types;
 }
 
 bool ModelConfig::IsMoeLayer(int64_t layer) const {

@@ -96,6 +96,10 @@ struct ModelConfig {
   int64_t num_layers_of(LayerType type) const;
 };
 
+// spec §1.2: every interval-th layer (0-based i with (i + 1) % interval == 0) is full attention,
+// the others linear attention.
+std::vector<LayerType> IntervalLayerTypes(int64_t num_layers, int64_t full_attention_interval);
+
 // Parses the text of a config.json. Errors name the offending key.
 Result<ModelConfig> ParseModelConfig(std::string_view json_text);
 // Reads and parses dir/config.json; errors name the file.

@@ -1,0 +1,33 @@
+#include "cli/commands.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace moeserve::cli {
+
+std::string DefaultModelDir() {
+  if (const char* env = std::getenv("MOESERVE_MODEL"); env != nullptr && *env != '\0') return env;
+  return MOESERVE_DEFAULT_MODEL_DIR;
+}
+
+int UsageError(const std::string& command, const Status& status) {
+  std::fprintf(stderr, "moeserve %s: %s\n", command.c_str(), status.message().c_str());
+  return 2;
+}
+
+std::optional<int> ParseFlags(FlagSet& flags, const std::vector<std::string>& args,
+                              const std::string& command) {
+  if (Status s = flags.Parse(args); !s.ok()) return UsageError(command, s);
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  return std::nullopt;
+}
+
+int RuntimeError(const std::string& command, const Status& status) {
+  std::fprintf(stderr, "moeserve %s: %s\n", command.c_str(), status.message().c_str());
+  return 1;
+}
+
+}  // namespace moeserve::cli
