@@ -20,6 +20,11 @@ constexpr Subcommand kSubcommands[] = {
      &RunMakeModel},
     {"inspect", "print a model's architecture, parameter counts and roofline decode rate",
      &RunInspect},
+    {"logits", "run token ids through a model and write the logits (and MTP draft logits)",
+     &RunLogits},
+    {"generate", "greedy generation from prompt token ids", &RunGenerate},
+    {"bench", "benchmarks: 'bench latency' (in-process decode / prefill vs the roofline)",
+     &RunBench},
 };
 
 void PrintUsage(std::FILE* out) {

@@ -6,6 +6,12 @@
 namespace moeserve::model {
 namespace {
 
+// SwiGlu() derives the up and down roles from the gate role.
+static_assert(static_cast<int>(TensorRole::kExpertDown) == static_cast<int>(TensorRole::kExpertGate) + 2);
+static_assert(static_cast<int>(TensorRole::kSharedExpertDown) ==
+              static_cast<int>(TensorRole::kSharedExpertGate) + 2);
+static_assert(static_cast<int>(TensorRole::kMlpDown) == static_cast<int>(TensorRole::kMlpGate) + 2);
+
 using io::Architecture;
 using io::LayerType;
 using io::ModelConfig;
@@ -16,10 +22,10 @@ class Walker {
   Walker(const ModelConfig& c, const std::function<void(const CheckpointTensor&)>& visit)
       : c_(c), visit_(visit) {}
 
-  void Emit(const std::string& name, std::vector<int64_t> shape, TensorKind kind,
+  void Emit(const std::string& name, std::vector<int64_t> shape, TensorKind kind, TensorRole role,
             TensorUse use = TensorUse::kEveryToken, int64_t experts_in_tensor = 0) {
-    visit_(CheckpointTensor{name, std::move(shape), kind, mtp_ ? TensorUse::kMtp : use, layer_,
-                            experts_in_tensor});
+    visit_(CheckpointTensor{name, std::move(shape), kind, mtp_ ? TensorUse::kMtp : use, role,
+                            layer_, expert_, experts_in_tensor, mtp_});
   }
 
   TensorKind NormKind() const {
@@ -29,17 +35,17 @@ class Walker {
   // One decoder layer: norms, attention or GDN, MLP or MoE. p ends with '.'.
   void DecoderLayer(const std::string& p, LayerType type, bool moe) {
     const int64_t H = c_.hidden_size;
-    Emit(p + "input_layernorm.weight", {H}, NormKind());
+    Emit(p + "input_layernorm.weight", {H}, NormKind(), TensorRole::kInputNorm);
     if (type == LayerType::kLinearAttention) {
       GatedDeltaNet(p + "linear_attn.");
     } else {
       Attention(p + "self_attn.");
     }
-    Emit(p + "post_attention_layernorm.weight", {H}, NormKind());
+    Emit(p + "post_attention_layernorm.weight", {H}, NormKind(), TensorRole::kPostAttentionNorm);
     if (moe) {
       Moe(p + "mlp.");
     } else {
-      SwiGlu(p + "mlp.", c_.intermediate_size, TensorUse::kEveryToken);
+      SwiGlu(p + "mlp.", c_.intermediate_size, TensorUse::kEveryToken, TensorRole::kMlpGate);
     }
   }
 
@@ -48,20 +54,20 @@ class Walker {
     const int64_t q_rows = c_.num_attention_heads * hd * (c_.attn_output_gate ? 2 : 1);
     const int64_t kv_rows = c_.num_key_value_heads * hd;
     const int64_t o_cols = c_.num_attention_heads * hd;
-    Emit(p + "q_proj.weight", {q_rows, H}, TensorKind::kLinear);
-    Emit(p + "k_proj.weight", {kv_rows, H}, TensorKind::kLinear);
-    Emit(p + "v_proj.weight", {kv_rows, H}, TensorKind::kLinear);
-    Emit(p + "o_proj.weight", {H, o_cols}, TensorKind::kLinear);
+    Emit(p + "q_proj.weight", {q_rows, H}, TensorKind::kLinear, TensorRole::kQProj);
+    Emit(p + "k_proj.weight", {kv_rows, H}, TensorKind::kLinear, TensorRole::kKProj);
+    Emit(p + "v_proj.weight", {kv_rows, H}, TensorKind::kLinear, TensorRole::kVProj);
+    Emit(p + "o_proj.weight", {H, o_cols}, TensorKind::kLinear, TensorRole::kOProj);
     if (c_.attention_bias) {
-      Emit(p + "q_proj.bias", {q_rows}, TensorKind::kBias);
-      Emit(p + "k_proj.bias", {kv_rows}, TensorKind::kBias);
-      Emit(p + "v_proj.bias", {kv_rows}, TensorKind::kBias);
-      Emit(p + "o_proj.bias", {H}, TensorKind::kBias);
+      Emit(p + "q_proj.bias", {q_rows}, TensorKind::kBias, TensorRole::kQBias);
+      Emit(p + "k_proj.bias", {kv_rows}, TensorKind::kBias, TensorRole::kKBias);
+      Emit(p + "v_proj.bias", {kv_rows}, TensorKind::kBias, TensorRole::kVBias);
+      Emit(p + "o_proj.bias", {H}, TensorKind::kBias, TensorRole::kOBias);
     }
     if (c_.qk_norm) {
       // Per-head norms over head_dim; (1 + w) in the hybrid models, plain w in Qwen3.
-      Emit(p + "q_norm.weight", {hd}, NormKind());
-      Emit(p + "k_norm.weight", {hd}, NormKind());
+      Emit(p + "q_norm.weight", {hd}, NormKind(), TensorRole::kQNorm);
+      Emit(p + "k_norm.weight", {hd}, NormKind(), TensorRole::kKNorm);
     }
   }
 
@@ -71,74 +77,91 @@ class Walker {
     const int64_t H = c_.hidden_size, nv = c_.linear_num_value_heads;
     const int64_t key_dim = c_.linear_key_dim(), value_dim = c_.linear_value_dim();
     if (c_.architecture == Architecture::kQwen3Next) {
-      Emit(p + "in_proj_qkvz.weight", {2 * key_dim + 2 * value_dim, H}, TensorKind::kLinear);
-      Emit(p + "in_proj_ba.weight", {2 * nv, H}, TensorKind::kLinear);
+      Emit(p + "in_proj_qkvz.weight", {2 * key_dim + 2 * value_dim, H}, TensorKind::kLinear,
+           TensorRole::kGdnInProjQkvz);
+      Emit(p + "in_proj_ba.weight", {2 * nv, H}, TensorKind::kLinear, TensorRole::kGdnInProjBa);
     } else {
-      Emit(p + "in_proj_qkv.weight", {2 * key_dim + value_dim, H}, TensorKind::kLinear);
-      Emit(p + "in_proj_z.weight", {value_dim, H}, TensorKind::kLinear);
-      Emit(p + "in_proj_b.weight", {nv, H}, TensorKind::kLinear);
-      Emit(p + "in_proj_a.weight", {nv, H}, TensorKind::kLinear);
+      Emit(p + "in_proj_qkv.weight", {2 * key_dim + value_dim, H}, TensorKind::kLinear,
+           TensorRole::kGdnInProjQkv);
+      Emit(p + "in_proj_z.weight", {value_dim, H}, TensorKind::kLinear, TensorRole::kGdnInProjZ);
+      Emit(p + "in_proj_b.weight", {nv, H}, TensorKind::kLinear, TensorRole::kGdnInProjB);
+      Emit(p + "in_proj_a.weight", {nv, H}, TensorKind::kLinear, TensorRole::kGdnInProjA);
     }
     Emit(p + "conv1d.weight", {c_.linear_conv_dim(), 1, c_.linear_conv_kernel_dim},
-         TensorKind::kConvWeight);
-    Emit(p + "dt_bias", {nv}, TensorKind::kDtBias);
-    Emit(p + "A_log", {nv}, TensorKind::kALog);
-    Emit(p + "norm.weight", {c_.linear_value_head_dim}, TensorKind::kNormPlain);
-    Emit(p + "out_proj.weight", {H, value_dim}, TensorKind::kLinear);
+         TensorKind::kConvWeight, TensorRole::kGdnConv);
+    Emit(p + "dt_bias", {nv}, TensorKind::kDtBias, TensorRole::kGdnDtBias);
+    Emit(p + "A_log", {nv}, TensorKind::kALog, TensorRole::kGdnALog);
+    Emit(p + "norm.weight", {c_.linear_value_head_dim}, TensorKind::kNormPlain, TensorRole::kGdnNorm);
+    Emit(p + "out_proj.weight", {H, value_dim}, TensorKind::kLinear, TensorRole::kGdnOutProj);
   }
 
-  void SwiGlu(const std::string& p, int64_t width, TensorUse use, int64_t experts = 0) {
+  // gate_proj, up_proj, down_proj; `gate_role` is the gate's role, up and down follow it in
+  // TensorRole's order (kExpertGate, kExpertUp, kExpertDown / kSharedExpert... / kMlp...).
+  void SwiGlu(const std::string& p, int64_t width, TensorUse use, TensorRole gate_role,
+              int64_t experts = 0) {
     const int64_t H = c_.hidden_size;
-    Emit(p + "gate_proj.weight", {width, H}, TensorKind::kLinear, use, experts);
-    Emit(p + "up_proj.weight", {width, H}, TensorKind::kLinear, use, experts);
-    Emit(p + "down_proj.weight", {H, width}, TensorKind::kLinear, use, experts);
+    const auto role = [gate_role](int offset) {
+      return static_cast<TensorRole>(static_cast<int>(gate_role) + offset);
+    };
+    Emit(p + "gate_proj.weight", {width, H}, TensorKind::kLinear, role(0), use, experts);
+    Emit(p + "up_proj.weight", {width, H}, TensorKind::kLinear, role(1), use, experts);
+    Emit(p + "down_proj.weight", {H, width}, TensorKind::kLinear, role(2), use, experts);
   }
 
   void Moe(const std::string& p) {
     const int64_t H = c_.hidden_size, E = c_.num_experts, I = c_.moe_intermediate_size;
-    Emit(p + "gate.weight", {E, H}, TensorKind::kLinear);  // the router
+    Emit(p + "gate.weight", {E, H}, TensorKind::kLinear, TensorRole::kRouter);
     if (c_.architecture == Architecture::kQwen3_5Moe) {
       // Fused: gate_up_proj rows [0, I) = gate, [I, 2I) = up (spec §2.3).
       Emit(p + "experts.gate_up_proj", {E, 2 * I, H}, TensorKind::kLinear,
+           TensorRole::kExpertsGateUp, TensorUse::kRoutedExperts, E);
+      Emit(p + "experts.down_proj", {E, H, I}, TensorKind::kLinear, TensorRole::kExpertsDown,
            TensorUse::kRoutedExperts, E);
-      Emit(p + "experts.down_proj", {E, H, I}, TensorKind::kLinear, TensorUse::kRoutedExperts, E);
     } else {
       for (int64_t e = 0; e < E; ++e) {
-        SwiGlu(fmt::format("{}experts.{}.", p, e), I, TensorUse::kRoutedExperts, 1);
+        expert_ = e;
+        SwiGlu(fmt::format("{}experts.{}.", p, e), I, TensorUse::kRoutedExperts,
+               TensorRole::kExpertGate, 1);
       }
+      expert_ = -1;
     }
     if (c_.shared_expert_intermediate_size > 0) {
-      SwiGlu(p + "shared_expert.", c_.shared_expert_intermediate_size, TensorUse::kEveryToken);
-      Emit(p + "shared_expert_gate.weight", {1, H}, TensorKind::kLinear);
+      SwiGlu(p + "shared_expert.", c_.shared_expert_intermediate_size, TensorUse::kEveryToken,
+             TensorRole::kSharedExpertGate);
+      Emit(p + "shared_expert_gate.weight", {1, H}, TensorKind::kLinear,
+           TensorRole::kSharedExpertGateScalar);
     }
   }
 
   void Model() {
     const int64_t H = c_.hidden_size, V = c_.vocab_size;
     const std::string p = DecoderPrefix(c_);
-    Emit(p + "embed_tokens.weight", {V, H}, TensorKind::kEmbedding, TensorUse::kEmbeddingRow);
+    Emit(p + "embed_tokens.weight", {V, H}, TensorKind::kEmbedding, TensorRole::kEmbedding,
+         TensorUse::kEmbeddingRow);
     for (int64_t i = 0; i < c_.num_hidden_layers; ++i) {
       layer_ = i;
       DecoderLayer(fmt::format("{}layers.{}.", p, i), c_.layer_types[i], c_.IsMoeLayer(i));
     }
     layer_ = -1;
-    Emit(p + "norm.weight", {H}, NormKind());
-    if (!c_.tie_word_embeddings) Emit("lm_head.weight", {V, H}, TensorKind::kLinear);
+    Emit(p + "norm.weight", {H}, NormKind(), TensorRole::kFinalNorm);
+    if (!c_.tie_word_embeddings) {
+      Emit("lm_head.weight", {V, H}, TensorKind::kLinear, TensorRole::kLmHead);
+    }
 
     // MTP head (spec §2.2): fc over [norm(embedding); norm(hidden)], full-attention MoE layers,
     // final norm; embedding and lm_head are the main model's.
     if (c_.num_mtp_layers == 0) return;
     mtp_ = true;
-    Emit("mtp.fc.weight", {H, 2 * H}, TensorKind::kLinear);
-    Emit("mtp.pre_fc_norm_embedding.weight", {H}, NormKind());
-    Emit("mtp.pre_fc_norm_hidden.weight", {H}, NormKind());
+    Emit("mtp.fc.weight", {H, 2 * H}, TensorKind::kLinear, TensorRole::kMtpFc);
+    Emit("mtp.pre_fc_norm_embedding.weight", {H}, NormKind(), TensorRole::kMtpPreFcNormEmbedding);
+    Emit("mtp.pre_fc_norm_hidden.weight", {H}, NormKind(), TensorRole::kMtpPreFcNormHidden);
     for (int64_t i = 0; i < c_.num_mtp_layers; ++i) {
       layer_ = i;
       DecoderLayer(fmt::format("mtp.layers.{}.", i), LayerType::kFullAttention,
                    c_.num_experts > 0);
     }
     layer_ = -1;
-    Emit("mtp.norm.weight", {H}, NormKind());
+    Emit("mtp.norm.weight", {H}, NormKind(), TensorRole::kMtpNorm);
     mtp_ = false;
   }
 
@@ -146,6 +169,7 @@ class Walker {
   const ModelConfig& c_;
   const std::function<void(const CheckpointTensor&)>& visit_;
   int64_t layer_ = -1;
+  int64_t expert_ = -1;
   bool mtp_ = false;
 };
 

@@ -36,13 +36,34 @@ enum class TensorUse {
   kMtp,            // read only by the MTP draft head during speculative decoding
 };
 
+// Which weight a tensor is, so the loader can switch on it instead of parsing names.
+enum class TensorRole {
+  kEmbedding, kFinalNorm, kLmHead,
+  kInputNorm, kPostAttentionNorm,
+  // Full attention.
+  kQProj, kKProj, kVProj, kOProj, kQBias, kKBias, kVBias, kOBias, kQNorm, kKNorm,
+  // Gated DeltaNet: Qwen3-Next's interleaved projections, or Qwen3.5's split ones.
+  kGdnInProjQkvz, kGdnInProjBa, kGdnInProjQkv, kGdnInProjZ, kGdnInProjB, kGdnInProjA,
+  kGdnConv, kGdnDtBias, kGdnALog, kGdnNorm, kGdnOutProj,
+  // MoE: router, routed experts (per expert, or fused over experts), shared expert.
+  kRouter, kExpertGate, kExpertUp, kExpertDown, kExpertsGateUp, kExpertsDown,
+  kSharedExpertGate, kSharedExpertUp, kSharedExpertDown, kSharedExpertGateScalar,
+  // Dense MLP.
+  kMlpGate, kMlpUp, kMlpDown,
+  // MTP head (its decoder layers reuse the roles above with mtp = true).
+  kMtpFc, kMtpPreFcNormEmbedding, kMtpPreFcNormHidden, kMtpNorm,
+};
+
 struct CheckpointTensor {
   std::string name;  // Hugging Face name, e.g. "model.layers.0.linear_attn.in_proj_qkvz.weight"
   std::vector<int64_t> shape;
   TensorKind kind;
   TensorUse use;
+  TensorRole role;
   int64_t layer;              // decoder (or MTP) layer index; -1 for model-level tensors
+  int64_t expert;             // per-expert tensors: the expert; -1 otherwise
   int64_t experts_in_tensor;  // routed expert tensors: 1 (per-expert) or num_experts (fused)
+  bool mtp;                   // part of the MTP head
 };
 
 // Prefix of the decoder's tensors: "model.language_model." for

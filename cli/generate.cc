@@ -1,0 +1,132 @@
+// moeserve generate: greedy generation for one prompt of token ids (the engine, sampling and
+// text prompts arrive with the engine, sampling and tokenizer work).
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/activation_dump.h"
+#include "cli/commands.h"
+#include "cli/model_flags.h"
+#include "core/timer.h"
+
+namespace moeserve::cli {
+namespace {
+
+constexpr char kCommand[] = "generate";
+
+struct Options {
+  ModelFlags model;
+  std::string token_ids;
+  int64_t max_tokens = 16;
+  bool ignore_eos = false;
+  bool json = false;
+  std::string dump_activations;
+};
+
+int Run(const Options& o) {
+  if (o.token_ids.empty()) return UsageError(kCommand, InvalidArgument("--token-ids is required"));
+  if (o.max_tokens < 1) return UsageError(kCommand, InvalidArgument("--max-tokens: must be >= 1"));
+  if (Status s = o.model.Validate(); !s.ok()) return UsageError(kCommand, s);
+  Result<std::unique_ptr<model::CausalLm>> loaded = o.model.Load();
+  if (!loaded.ok()) return RuntimeError(kCommand, loaded.status());
+  model::CausalLm& lm = **loaded;
+  const io::ModelConfig& c = lm.config();
+  Result<std::vector<int32_t>> parsed = ParseTokenIds(o.token_ids, c.vocab_size);
+  if (!parsed.ok()) return UsageError(kCommand, parsed.status());
+  const std::vector<int32_t>& prompt = *parsed;
+  const int64_t total = static_cast<int64_t>(prompt.size()) + o.max_tokens;
+  if (total > c.max_position_embeddings) {
+    return UsageError(kCommand, InvalidArgument("prompt + --max-tokens = {} exceeds the model's "
+                                                "max_position_embeddings {}",
+                                                total, c.max_position_embeddings));
+  }
+  std::unique_ptr<ActivationDump> dump;
+  if (!o.dump_activations.empty()) {
+    Result<std::unique_ptr<ActivationDump>> created = ActivationDump::Create(o.dump_activations);
+    if (!created.ok()) return RuntimeError(kCommand, created.status());
+    dump = std::move(*created);
+    lm.set_activation_tap(dump->Tap());
+  }
+
+  model::CacheSizes sizes;
+  sizes.num_blocks = (total + sizes.block_size - 1) / sizes.block_size;
+  model::ModelCache cache(c, sizes);
+  cache.ResetSlot(0);
+  std::vector<int32_t> table(sizes.num_blocks);
+  std::iota(table.begin(), table.end(), 0);
+
+  const int64_t V = c.vocab_size;
+  std::vector<int32_t> generated;
+  std::string finish_reason = "length";
+  std::vector<float> logits;
+  Stopwatch watch;
+  double ttft_ms = 0;
+  int32_t next = 0;
+  int64_t pos = 0;
+  const int32_t* input = prompt.data();
+  int64_t n = static_cast<int64_t>(prompt.size());
+  while (static_cast<int64_t>(generated.size()) < o.max_tokens) {
+    if (dump) dump->set_prefix(fmt::format("step{}.", generated.size()));
+    lm.Forward({input, n, pos, table.data(), 0}, cache, false, nullptr, &logits);
+    pos += n;
+    next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    if (generated.empty()) ttft_ms = watch.ElapsedMillis();
+    generated.push_back(next);
+    if (!o.ignore_eos && std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), next) !=
+                             c.eos_token_ids.end()) {
+      finish_reason = "stop";
+      break;
+    }
+    input = &next;
+    n = 1;
+  }
+  const double total_ms = watch.ElapsedMillis();
+  const double tpot_ms =
+      generated.size() > 1 ? (total_ms - ttft_ms) / static_cast<double>(generated.size() - 1) : 0;
+  (void)V;
+  if (dump && !dump->status().ok()) return RuntimeError(kCommand, dump->status());
+
+  if (o.json) {
+    nlohmann::ordered_json request;
+    request["index"] = 0;
+    request["token_ids"] = generated;
+    request["finish_reason"] = finish_reason;
+    request["ttft_ms"] = ttft_ms;
+    request["tpot_ms"] = tpot_ms;
+    request["num_prompt_tokens"] = prompt.size();
+    nlohmann::ordered_json out;
+    out["requests"] = {request};
+    std::puts(out.dump(2).c_str());
+  } else {
+    fmt::print("{}\n", fmt::join(generated, " "));
+    std::fprintf(stderr,
+                 "generate: %zu prompt tokens, %zu generated (%s); TTFT %.1f ms, TPOT %.2f ms "
+                 "(%.1f tokens/s)\n",
+                 prompt.size(), generated.size(), finish_reason.c_str(), ttft_ms, tpot_ms,
+                 tpot_ms > 0 ? 1000.0 / tpot_ms : 0.0);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RunGenerate(const std::vector<std::string>& args) {
+  Options o;
+  FlagSet flags("moeserve generate",
+                "Greedy generation from prompt token ids through the model (one sequence).");
+  o.model.Register(flags);
+  flags.String("token-ids", &o.token_ids, "comma-separated prompt token ids, e.g. 1,2,3");
+  flags.Int("max-tokens", &o.max_tokens, "tokens to generate at most");
+  flags.Bool("ignore-eos", &o.ignore_eos, "keep generating past the end-of-sequence token");
+  flags.Bool("json", &o.json, "print JSON: token ids, finish reason, TTFT and TPOT");
+  flags.String("dump-activations", &o.dump_activations,
+               "write named intermediates of every step as raw f32 into this folder");
+  if (std::optional<int> exit_code = ParseFlags(flags, args, kCommand)) return *exit_code;
+  return Run(o);
+}
+
+}  // namespace moeserve::cli

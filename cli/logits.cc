@@ -1,0 +1,97 @@
+// moeserve logits: runs token ids through the model and writes the logits (CLI.md).
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+
+#include "cli/activation_dump.h"
+#include "cli/commands.h"
+#include "cli/model_flags.h"
+
+namespace moeserve::cli {
+namespace {
+
+constexpr char kCommand[] = "logits";
+
+struct Options {
+  ModelFlags model;
+  std::string token_ids;
+  std::string out;
+  bool all_positions = false;
+  bool mtp = false;
+  std::string dump_activations;
+};
+
+int32_t Argmax(const float* x, int64_t n) {
+  return static_cast<int32_t>(std::max_element(x, x + n) - x);
+}
+
+// Returns the exit code: usage errors (flags, token ids) 2, runtime failures 1.
+int Run(const Options& o) {
+  if (o.token_ids.empty()) return UsageError(kCommand, InvalidArgument("--token-ids is required"));
+  if (o.out.empty()) return UsageError(kCommand, InvalidArgument("--out is required"));
+  if (Status s = o.model.Validate(); !s.ok()) return UsageError(kCommand, s);
+  Result<std::unique_ptr<model::CausalLm>> loaded = o.model.Load();
+  if (!loaded.ok()) return RuntimeError(kCommand, loaded.status());
+  model::CausalLm& lm = **loaded;
+  const io::ModelConfig& c = lm.config();
+  Result<std::vector<int32_t>> parsed = ParseTokenIds(o.token_ids, c.vocab_size);
+  if (!parsed.ok()) return UsageError(kCommand, parsed.status());
+  const std::vector<int32_t>& tokens = *parsed;
+  if (o.mtp && !lm.has_mtp()) {
+    return UsageError(kCommand, InvalidArgument("--mtp: the model has no MTP head"));
+  }
+  std::unique_ptr<ActivationDump> dump;
+  if (!o.dump_activations.empty()) {
+    Result<std::unique_ptr<ActivationDump>> created = ActivationDump::Create(o.dump_activations);
+    if (!created.ok()) return RuntimeError(kCommand, created.status());
+    dump = std::move(*created);
+    lm.set_activation_tap(dump->Tap());
+  }
+
+  const int64_t T = static_cast<int64_t>(tokens.size()), V = c.vocab_size;
+  model::CacheSizes sizes;
+  sizes.num_blocks = (T + 1 + sizes.block_size - 1) / sizes.block_size;
+  model::ModelCache cache(c, sizes);
+  cache.ResetSlot(0);
+  std::vector<int32_t> table(sizes.num_blocks);
+  std::iota(table.begin(), table.end(), 0);
+  std::vector<float> hidden, logits;
+  lm.Forward({tokens.data(), T, 0, table.data(), 0}, cache, o.all_positions, &hidden, &logits);
+  Status s = WriteF32File(o.out, logits.data(), logits.size());
+  if (!s.ok()) return RuntimeError(kCommand, s);
+
+  if (o.mtp) {
+    // The MTP first pass over every position: (hidden at t, token t + 1), the last row paired
+    // with the greedy next token (spec §3.h).
+    std::vector<int32_t> next(tokens.begin() + 1, tokens.end());
+    next.push_back(Argmax(logits.data() + logits.size() - V, V));
+    if (dump) dump->set_prefix("mtp.");
+    std::vector<float> mtp_logits;
+    lm.MtpForward(hidden.data(), next.data(), T, 0, table.data(), cache, nullptr, &mtp_logits);
+    const int64_t first_row = o.all_positions ? 0 : T - 1;
+    s = WriteF32File(o.out + ".mtp", mtp_logits.data() + first_row * V, (T - first_row) * V);
+    if (!s.ok()) return RuntimeError(kCommand, s);
+  }
+  if (dump && !dump->status().ok()) return RuntimeError(kCommand, dump->status());
+  return 0;
+}
+
+}  // namespace
+
+int RunLogits(const std::vector<std::string>& args) {
+  Options o;
+  FlagSet flags("moeserve logits",
+                "Runs token ids through the model and writes the logits as raw little-endian f32,\n"
+                "row-major [n_positions, vocab].");
+  o.model.Register(flags);
+  flags.String("token-ids", &o.token_ids, "comma-separated prompt token ids, e.g. 1,2,3");
+  flags.String("out", &o.out, "output file");
+  flags.Bool("all-positions", &o.all_positions, "logits of every position (default: the last)");
+  flags.Bool("mtp", &o.mtp, "also write the MTP head's draft logits to OUT.mtp");
+  flags.String("dump-activations", &o.dump_activations,
+               "write named intermediates of every layer as raw f32 into this folder");
+  if (std::optional<int> exit_code = ParseFlags(flags, args, kCommand)) return *exit_code;
+  return Run(o);
+}
+
+}  // namespace moeserve::cli

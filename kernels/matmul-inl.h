@@ -1,0 +1,182 @@
+// Per-target body of the matmul kernel (kernels/matmul.h), for inclusion from foreach_target
+// translation units: kernels/matmul.cc dispatches to it, and kernels/matmul_test.cc calls it on
+// every compiled target.
+//
+// Reduction order (what makes results batch invariant). Let L = Lanes(ScalableTag<float>) of the
+// target. Every output y[m, n] has its own single accumulator vector acc, and
+//   acc = 0
+//   for k0 = 0, L, 2L, ... while k0 + L <= K:   acc = MulAdd(W[n, k0 .. k0+L), x[m, k0 .. k0+L), acc)
+//   if K % L != 0:   acc = MulAdd(W tail zero-padded to L lanes, x tail zero-padded, acc)
+//   y[m, n] = GetLane(SumOfLanes(acc))
+// Tiles of several W rows and several x rows only interleave these chains; no two outputs ever
+// share an accumulator, so neither the tile shape chosen for an output (which depends on M, on
+// n_begin/n_end and on N) nor the thread that computes it can change a single bit of it. The
+// bits depend on K, on the data and on the SIMD target only.
+//
+// No #pragma once: foreach_target.h includes this once per target, and the guard below toggles
+// with HWY_TARGET_TOGGLE so that each pass compiles it again inside that target's namespace.
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "core/dtype.h"
+#include "hwy/highway.h"
+
+#if defined(MOESERVE_KERNELS_MATMUL_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef MOESERVE_KERNELS_MATMUL_INL_H_
+#undef MOESERVE_KERNELS_MATMUL_INL_H_
+#else
+#define MOESERVE_KERNELS_MATMUL_INL_H_
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace moeserve::kernels::HWY_NAMESPACE {
+
+// Helpers live in their own namespace: kernels_test links the -inl.h files of every kernel, and
+// inline functions of the same name and target there would be one entity (ODR).
+namespace matmul_internal {
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// Upper bound of Lanes(DF) on any target: sizes the zero-padded tail buffers.
+inline constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+
+// W rows per tile. Four independent accumulator chains per x row hide the FMA latency (4 cycles
+// at 2 per cycle) well enough for the memory-bound M = 1 case, and four concurrent row streams
+// keep enough loads in flight.
+inline constexpr size_t kTileRows = 4;
+
+// x rows per tile: each converted W vector is reused kTileM times from a register. The tile holds
+// kTileRows * kTileM accumulators plus kTileM x vectors and one W vector, which has to fit the
+// register file: 32 vectors with AVX-512, 16 on the other x86 targets.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+inline constexpr size_t kTileM = 6;
+#else
+inline constexpr size_t kTileM = 3;
+#endif
+
+// L weights of one row starting at p, as f32.
+HWY_INLINE VF LoadWeights(DF df, const float* HWY_RESTRICT p) { return hn::LoadU(df, p); }
+HWY_INLINE VF LoadWeights(DF df, const hwy::bfloat16_t* HWY_RESTRICT p) {
+  // A half-width vector of bf16 widened to f32 (zero-extend and shift left by 16: exact).
+  const hn::Rebind<hwy::bfloat16_t, DF> dbf;
+  return hn::PromoteTo(df, hn::LoadU(dbf, p));
+}
+
+// The scalar conversion the tail uses; bit-identical to the vector one (both are exact).
+inline float WeightToF32(float w) { return w; }
+inline float WeightToF32(hwy::bfloat16_t w) { return hwy::F32FromBF16(w); }
+
+// One tile: outputs y[i, r] for i < kM, r < kRows (y row i at y + i * y_stride), from x rows
+// x + i * x_stride and W rows w + r * K. x_tail [kM, L] and w_tail [kRows, L] hold the last
+// K % L elements of each row, zero-padded to L lanes (unused when L divides K).
+template <size_t kRows, size_t kM, typename WT>
+void Tile(const float* HWY_RESTRICT x, size_t x_stride, const WT* HWY_RESTRICT w, size_t K,
+          const float* HWY_RESTRICT x_tail, const float* HWY_RESTRICT w_tail,
+          float* HWY_RESTRICT y, size_t y_stride) {
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  VF acc[kM][kRows];
+  for (size_t i = 0; i < kM; ++i) {
+    for (size_t r = 0; r < kRows; ++r) acc[i][r] = hn::Zero(df);
+  }
+  size_t k = 0;
+  for (; k + L <= K; k += L) {
+    VF xv[kM];
+    for (size_t i = 0; i < kM; ++i) xv[i] = hn::LoadU(df, x + i * x_stride + k);
+    for (size_t r = 0; r < kRows; ++r) {
+      const VF wv = LoadWeights(df, w + r * K + k);
+      for (size_t i = 0; i < kM; ++i) acc[i][r] = hn::MulAdd(wv, xv[i], acc[i][r]);
+    }
+  }
+  if (k < K) {
+    for (size_t r = 0; r < kRows; ++r) {
+      const VF wv = hn::Load(df, w_tail + r * L);
+      for (size_t i = 0; i < kM; ++i) {
+        acc[i][r] = hn::MulAdd(wv, hn::Load(df, x_tail + i * L), acc[i][r]);
+      }
+    }
+  }
+  for (size_t i = 0; i < kM; ++i) {
+    for (size_t r = 0; r < kRows; ++r) {
+      y[i * y_stride + r] = hn::GetLane(hn::SumOfLanes(df, acc[i][r]));
+    }
+  }
+}
+
+template <typename WT>
+using TileFn = void (*)(const float* HWY_RESTRICT, size_t, const WT* HWY_RESTRICT, size_t,
+                        const float* HWY_RESTRICT, const float* HWY_RESTRICT, float* HWY_RESTRICT,
+                        size_t);
+
+// Every tile shape, indexed by (rows - 1) * kTileM + (m - 1): the edges of N and M use smaller
+// tiles of the same code, hence the same per-output reduction.
+template <typename WT, size_t... kI>
+constexpr std::array<TileFn<WT>, sizeof...(kI)> MakeTiles(std::index_sequence<kI...>) {
+  return {&Tile<kI / kTileM + 1, kI % kTileM + 1, WT>...};
+}
+
+template <typename WT>
+void MatMulRangeT(const float* HWY_RESTRICT x, size_t x_stride, size_t M,
+                  const WT* HWY_RESTRICT w, size_t K, size_t n_begin, size_t n_end,
+                  float* HWY_RESTRICT y, size_t y_stride) {
+  static constexpr std::array<TileFn<WT>, kTileRows * kTileM> kTiles =
+      MakeTiles<WT>(std::make_index_sequence<kTileRows * kTileM>());
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  const size_t k_tail = K - K % L;  // first element of the partial vector
+  const size_t tail = K - k_tail;
+  // Lanes at and past `tail` stay zero; only the first `tail` lanes of each row are rewritten.
+  HWY_ALIGN float w_tail[kTileRows * kMaxLanes] = {};
+  HWY_ALIGN float x_tail[kTileM * kMaxLanes] = {};
+
+  // W rows outermost: a tile of rows is streamed from memory once, and the passes over M re-read
+  // it from L1/L2. x (M * K floats) is re-read once per row tile, from cache.
+  for (size_t n = n_begin; n < n_end; n += kTileRows) {
+    const size_t rows = std::min(kTileRows, n_end - n);
+    const WT* HWY_RESTRICT wn = w + n * K;
+    for (size_t r = 0; r < rows; ++r) {
+      for (size_t j = 0; j < tail; ++j) w_tail[r * L + j] = WeightToF32(wn[r * K + k_tail + j]);
+    }
+    for (size_t m = 0; m < M; m += kTileM) {
+      const size_t ms = std::min(kTileM, M - m);
+      const float* HWY_RESTRICT xm = x + m * x_stride;
+      for (size_t i = 0; i < ms; ++i) {
+        for (size_t j = 0; j < tail; ++j) x_tail[i * L + j] = xm[i * x_stride + k_tail + j];
+      }
+      kTiles[(rows - 1) * kTileM + (ms - 1)](xm, x_stride, wn, K, x_tail, w_tail,
+                                             y + m * y_stride + n, y_stride);
+    }
+  }
+}
+
+}  // namespace matmul_internal
+
+// y[m, n] = sum_k x[m, k] * W[n, k] for m < M and n in [n_begin, n_end), on this target. w is
+// row-major [N, K] of w_dtype (kBF16 or kF32); x row m at x + m * x_stride, y row m at
+// y + m * y_stride. The caller has validated the arguments (kernels/matmul.cc).
+//
+// Inline (not static) so that the copy in each including translation unit is the same entity;
+// HWY_EXPORT takes its address, which forces an out-of-line definition per target.
+inline void MatMulRangeImpl(const float* HWY_RESTRICT x, size_t x_stride, size_t M,
+                            const void* HWY_RESTRICT w, DType w_dtype, size_t K, size_t n_begin,
+                            size_t n_end, float* HWY_RESTRICT y, size_t y_stride) {
+  if (w_dtype == DType::kBF16) {
+    matmul_internal::MatMulRangeT(x, x_stride, M, static_cast<const hwy::bfloat16_t*>(w), K,
+                                  n_begin, n_end, y, y_stride);
+  } else {
+    matmul_internal::MatMulRangeT(x, x_stride, M, static_cast<const float*>(w), K, n_begin,
+                                  n_end, y, y_stride);
+  }
+}
+
+}  // namespace moeserve::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // MOESERVE_KERNELS_MATMUL_INL_H_

@@ -1,0 +1,90 @@
+// Matmul against weights: argument checks, dynamic dispatch to the per-target kernel in
+// kernels/matmul-inl.h, and the split of N over a pool's threads.
+
+// foreach_target.h re-includes this file once per SIMD target; the kernel body lives in
+// matmul-inl.h so that the test can reach each target's version too.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/matmul.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "kernels/matmul-inl.h"
+
+#if HWY_ONCE
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/check.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "kernels/matmul.h"
+
+namespace moeserve::kernels {
+
+HWY_EXPORT(MatMulRangeImpl);
+
+namespace {
+
+// Per-thread ranges of n start at multiples of the kernel's row tile (kTileRows in matmul-inl.h),
+// so only the range that ends at N can end in a partial tile. Results do not depend on it.
+constexpr int64_t kRowAlign = 4;
+
+// Checks what both entry points need: W is a contiguous [N, K] matrix of bf16 or f32, x rows hold
+// at least K floats and y rows at least N (so rows never overlap).
+void CheckArguments(const float* x, int64_t x_stride, int64_t M, const Tensor& W, const float* y,
+                    int64_t y_stride) {
+  CHECK_EQ(W.rank(), size_t{2}) << "MatMul: W must be [N, K], got " << W.ShapeString();
+  CHECK(W.dtype() == DType::kBF16 || W.dtype() == DType::kF32)
+      << "MatMul: W dtype " << DTypeName(W.dtype()) << " is unsupported (bf16 or f32)";
+  CHECK(W.contiguous()) << "MatMul: W " << W.ShapeString() << " must be contiguous";
+  CHECK_GE(M, 0) << "MatMul: M";
+  if (M == 0) return;
+  const int64_t N = W.dim(0);
+  const int64_t K = W.dim(1);
+  CHECK_GE(x_stride, K) << "MatMul: x rows are shorter than K of W " << W.ShapeString();
+  if (M > 1) CHECK_GE(y_stride, N) << "MatMul: y rows are shorter than N of W " << W.ShapeString();
+  CHECK(x != nullptr || K == 0) << "MatMul: null x";
+  CHECK(y != nullptr || N == 0) << "MatMul: null y";
+}
+
+void Dispatch(const float* x, int64_t x_stride, int64_t M, const Tensor& W, int64_t n_begin,
+              int64_t n_end, float* y, int64_t y_stride) {
+  HWY_DYNAMIC_DISPATCH(MatMulRangeImpl)
+  (x, static_cast<size_t>(x_stride), static_cast<size_t>(M), W.data(), W.dtype(),
+   static_cast<size_t>(W.dim(1)), static_cast<size_t>(n_begin), static_cast<size_t>(n_end), y,
+   static_cast<size_t>(y_stride));
+}
+
+}  // namespace
+
+void MatMulRange(const float* x, int64_t x_stride, int64_t M, const Tensor& W, int64_t n_begin,
+                 int64_t n_end, float* y, int64_t y_stride) {
+  CheckArguments(x, x_stride, M, W, y, y_stride);
+  CHECK(0 <= n_begin && n_begin <= n_end && n_end <= W.dim(0))
+      << "MatMulRange: [" << n_begin << ", " << n_end << ") is outside N of W " << W.ShapeString();
+  if (M == 0 || n_begin == n_end) return;
+  Dispatch(x, x_stride, M, W, n_begin, n_end, y, y_stride);
+}
+
+void MatMul(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float* y,
+            int64_t y_stride, ThreadPool& pool) {
+  CheckArguments(x, x_stride, M, W, y, y_stride);
+  const int64_t N = W.dim(0);
+  if (M == 0 || N == 0) return;
+  // Task t takes row tiles [t * tiles / tasks, (t + 1) * tiles / tasks): contiguous ranges that
+  // differ by at most one tile. Each thread streams its own part of W once.
+  const size_t tiles = static_cast<size_t>((N + kRowAlign - 1) / kRowAlign);
+  const size_t tasks = std::min(pool.num_threads(), tiles);
+  auto tile_begin = [&](size_t t) {
+    return std::min<int64_t>(N, static_cast<int64_t>(t * tiles / tasks) * kRowAlign);
+  };
+  pool.ParallelFor(tasks, [&](size_t t, size_t) {
+    Dispatch(x, x_stride, M, W, tile_begin(t), tile_begin(t + 1), y, y_stride);
+  });
+}
+
+}  // namespace moeserve::kernels
+
+#endif  // HWY_ONCE

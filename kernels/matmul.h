@@ -1,0 +1,28 @@
+// Matrix multiplication against weights: y[m, n] = sum_k x[m, k] * W[n, k].
+//
+// x and y are f32; W is row-major [N, K] in bf16 or f32 (nn.Linear's [out, in] layout), converted
+// to f32 on the fly. Every weight row is streamed from memory once for all M rows of x (decode
+// and prefill are memory-bound on W). Each output's K-reduction runs in a fixed order that
+// depends only on K and the SIMD target — never on M, on n, or on how rows are split across
+// threads — so a row's result is bit-identical whether it is computed alone or in a batch
+// (DESIGN.md principle 2).
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace moeserve::kernels {
+
+// Computes outputs n in [n_begin, n_end) on the calling thread.
+// x: M rows of K floats, row i at x + i * x_stride. y: M rows, row i at y + i * y_stride; only
+// columns [n_begin, n_end) are written. W: [N, K], bf16 or f32, contiguous.
+void MatMulRange(const float* x, int64_t x_stride, int64_t M, const Tensor& W, int64_t n_begin,
+                 int64_t n_end, float* y, int64_t y_stride);
+
+// All N outputs, split over the pool's threads by ranges of n (one join).
+void MatMul(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float* y,
+            int64_t y_stride, ThreadPool& pool);
+
+}  // namespace moeserve::kernels

@@ -1,0 +1,137 @@
+// MatMul weight-read throughput against the measured read bandwidth (the decode roofline).
+// Run: build/release/kernels/matmul_benchmark
+//
+// Each benchmark cycles through copies of W that together far exceed the last-level cache, so
+// every call streams its weights from DRAM as decoding does (each weight is read once per token).
+// Counters:
+//   bytes_per_second  weight bytes read per second (W bytes per call)
+//   read_GB/s         kernels::MeasureReadBandwidth on a pool of the same size, measured just
+//                     before the benchmark
+//   roofline_ratio    bytes_per_second / read bandwidth: 1.0 is the memory roofline
+//   GFLOP/s           2 * M * N * K per call (what matters once M is large enough to be
+//                     compute-bound)
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "kernels/matmul.h"
+#include "kernels/memory_bandwidth.h"
+
+namespace moeserve::kernels {
+namespace {
+
+// Copies of W add up to at least this much: eight times the 32 MiB L3 of the project's machine.
+constexpr size_t kColdBytes = size_t{256} << 20;
+
+// Copies of one W [N, K] in one allocation, filled with small deterministic values.
+class WeightCopies {
+ public:
+  WeightCopies(DType dtype, int64_t N, int64_t K)
+      : dtype_(dtype), N_(N), K_(K), bytes_(static_cast<size_t>(N * K) * DTypeSize(dtype)) {
+    // Whole cache lines per copy, so each copy starts on a line like a loaded checkpoint tensor.
+    stride_ = (bytes_ + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+    copies_ = std::max<size_t>(1, (kColdBytes + bytes_ - 1) / bytes_);
+    storage_ = TensorStorage(stride_ * copies_);
+    const size_t n = static_cast<size_t>(N * K);
+    for (size_t c = 0; c < copies_; ++c) {
+      std::byte* base = storage_.data() + c * stride_;
+      for (size_t i = 0; i < n; ++i) {
+        // A multiplicative hash to [-0.5, 0.5): no structure the hardware could exploit.
+        const float v = static_cast<float>((i * 2654435761u + c) >> 24 & 0xff) / 256.0f - 0.5f;
+        if (dtype == DType::kBF16) {
+          reinterpret_cast<uint16_t*>(base)[i] = F32ToBF16(v);
+        } else {
+          reinterpret_cast<float*>(base)[i] = v;
+        }
+      }
+    }
+  }
+
+  bool Matches(DType dtype, int64_t N, int64_t K) const {
+    return dtype == dtype_ && N == N_ && K == K_;
+  }
+  size_t copies() const { return copies_; }
+  size_t bytes() const { return bytes_; }
+  Tensor copy(size_t c) const { return Tensor(storage_.data() + c * stride_, dtype_, {N_, K_}); }
+
+ private:
+  DType dtype_;
+  int64_t N_;
+  int64_t K_;
+  size_t bytes_;
+  size_t stride_ = 0;
+  size_t copies_ = 0;
+  // Mutable view target: Tensor views take non-const data, and the kernel only reads it.
+  mutable TensorStorage storage_;
+};
+
+// The weights of the previous benchmark are kept while the shape repeats (the M and thread
+// arguments vary fastest), and freed before the next shape is allocated.
+const WeightCopies& GetWeights(DType dtype, int64_t N, int64_t K) {
+  static std::unique_ptr<WeightCopies> cached;
+  if (cached == nullptr || !cached->Matches(dtype, N, K)) {
+    cached.reset();
+    cached = std::make_unique<WeightCopies>(dtype, N, K);
+  }
+  return *cached;
+}
+
+// Args: N, K, M, f32 (0 = bf16 weights, 1 = f32), threads.
+void BM_MatMul(benchmark::State& state) {
+  const int64_t N = state.range(0);
+  const int64_t K = state.range(1);
+  const int64_t M = state.range(2);
+  const DType dtype = state.range(3) != 0 ? DType::kF32 : DType::kBF16;
+  ThreadPool pool(static_cast<size_t>(state.range(4)));
+
+  const WeightCopies& weights = GetWeights(dtype, N, K);
+  std::vector<float> x(static_cast<size_t>(M * K));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 13) * 0.125f - 0.75f;
+  std::vector<float> y(static_cast<size_t>(M * N));
+
+  // Measured now, on this pool, so that a change in machine load between benchmarks shows in
+  // both numbers of the ratio.
+  const double read_gb_per_s = MeasureReadBandwidth(pool, size_t{256} << 20, 3).gb_per_s;
+
+  size_t c = 0;
+  for (auto _ : state) {
+    MatMul(x.data(), K, M, weights.copy(c), y.data(), N, pool);
+    benchmark::ClobberMemory();
+    if (++c == weights.copies()) c = 0;
+  }
+  const double calls = static_cast<double>(state.iterations());
+  const double bytes = static_cast<double>(weights.bytes());
+  state.SetBytesProcessed(static_cast<int64_t>(calls * bytes));
+  state.counters["read_GB/s"] = read_gb_per_s;
+  state.counters["roofline_ratio"] =
+      benchmark::Counter(calls * bytes / (read_gb_per_s * 1e9), benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      calls * 2.0 * static_cast<double>(M * N * K) * 1e-9, benchmark::Counter::kIsRate);
+}
+
+void MatMulArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"N", "K", "M", "f32", "threads"});
+  // [8192, 2048]: Qwen3-Next GDN in_proj scale; [2048, 4096]: a wide projection; [512, 2048]:
+  // one expert's gate or up projection.
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{8192, 2048}, {2048, 4096}, {512, 2048}}) {
+    for (int64_t f32 : {0, 1}) {
+      for (int64_t M : {1, 4, 16, 128}) {
+        for (int64_t threads : {1, 2}) b->Args({N, K, M, f32, threads});
+      }
+    }
+  }
+}
+BENCHMARK(BM_MatMul)->Apply(MatMulArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace moeserve::kernels
+
+BENCHMARK_MAIN();

@@ -1,0 +1,513 @@
+// MatMul on every compiled SIMD target against the double-precision reference, bit-identity of
+// each output across batch sizes, n ranges and thread counts (batch invariance), bounds, strides,
+// and the argument checks.
+
+#include "kernels/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "kernels/ref/matmul_ref.h"
+
+// Shared by the per-target tests and the dispatched ones; foreach_target.h re-includes this file,
+// so the helpers are guarded to be defined once.
+#ifndef MOESERVE_KERNELS_MATMUL_TEST_HELPERS_
+#define MOESERVE_KERNELS_MATMUL_TEST_HELPERS_
+
+namespace moeserve::kernels::matmul_test {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+// What y holds where the kernel must not write.
+constexpr float kYSentinel = -12345.0f;
+
+// Random weights W [N, K] in [-1, 1] (bf16-rounded for kBF16), followed by `pad` NaN elements.
+// The vector holds exactly N * K + pad elements, so a read past W[N-1, K-1] is out of bounds for
+// AddressSanitizer (pad 0) or turns the result into NaN (pad > 0).
+class Weights {
+ public:
+  Weights(DType dtype, int64_t N, int64_t K, uint32_t seed, int64_t pad = 0)
+      : dtype_(dtype), N_(N), K_(K) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    const size_t n = static_cast<size_t>(N * K);
+    const size_t total = n + static_cast<size_t>(pad);
+    if (dtype == DType::kBF16) {
+      bf16_.assign(total, F32ToBF16(kNaN));
+      for (size_t i = 0; i < n; ++i) bf16_[i] = F32ToBF16(dist(rng));
+    } else {
+      f32_.assign(total, kNaN);
+      for (size_t i = 0; i < n; ++i) f32_[i] = dist(rng);
+    }
+  }
+  Weights(const Weights&) = delete;
+  Weights& operator=(const Weights&) = delete;
+
+  Tensor view() {
+    void* data = dtype_ == DType::kBF16 ? static_cast<void*>(bf16_.data())
+                                        : static_cast<void*>(f32_.data());
+    return Tensor(data, dtype_, {N_, K_});
+  }
+
+ private:
+  DType dtype_;
+  int64_t N_;
+  int64_t K_;
+  std::vector<uint16_t> bf16_;
+  std::vector<float> f32_;
+};
+
+// M rows of K values in [-1, 1], row m at m * x_stride; the gaps between rows and `pad` elements
+// after the last row hold NaN, so reading past a row's K elements poisons the result.
+std::vector<float> MakeX(int64_t M, int64_t K, int64_t x_stride, uint32_t seed, int64_t pad = 0) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const int64_t size = M == 0 ? pad : (M - 1) * x_stride + K + pad;
+  std::vector<float> x(static_cast<size_t>(size), kNaN);
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(m * x_stride + k)] = dist(rng);
+  }
+  return x;
+}
+
+// Room for M rows of N outputs at y_stride, plus `pad`, all holding kYSentinel.
+std::vector<float> MakeY(int64_t M, int64_t N, int64_t y_stride, int64_t pad = 0) {
+  const int64_t size = M == 0 ? pad : (M - 1) * y_stride + N + pad;
+  return std::vector<float>(static_cast<size_t>(size), kYSentinel);
+}
+
+float WeightAt(const Tensor& W, int64_t n, int64_t k) {
+  const int64_t i = n * W.dim(1) + k;
+  return W.dtype() == DType::kBF16 ? BF16ToF32(W.data_as<const uint16_t>()[i])
+                                   : W.data_as<const float>()[i];
+}
+
+// Checks y (M rows of N at y_stride) against ref::MatMul: |y - ref| <= 1e-5 * sum_k |x W| + 1e-30,
+// the scale of the rounding error of any f32 summation order. Also checks that every element of
+// y's buffer outside the outputs still holds kYSentinel. Reports at most a few mismatches.
+void ExpectMatchesReference(const std::vector<float>& y, int64_t y_stride, const float* x,
+                            int64_t x_stride, int64_t M, const Tensor& W,
+                            const std::string& what) {
+  const int64_t N = W.dim(0);
+  const int64_t K = W.dim(1);
+  std::vector<float> want(static_cast<size_t>(M * N));
+  ref::MatMul(x, x_stride, M, W, want.data(), N);
+  int failures = 0;
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      double abs_dot = 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        abs_dot += std::fabs(static_cast<double>(x[m * x_stride + k]) * WeightAt(W, n, k));
+      }
+      const double got = y[static_cast<size_t>(m * y_stride + n)];
+      const double ref = want[static_cast<size_t>(m * N + n)];
+      const double tol = 1e-5 * abs_dot + 1e-30;
+      if (!(std::fabs(got - ref) <= tol) && ++failures <= 5) {
+        ADD_FAILURE() << what << " m=" << m << " n=" << n << ": got " << got << ", want " << ref
+                      << " (tolerance " << tol << ")";
+      }
+    }
+  }
+  std::vector<bool> is_output(y.size(), false);
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) is_output[static_cast<size_t>(m * y_stride + n)] = true;
+  }
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (!is_output[i] && y[i] != kYSentinel && ++failures <= 5) {
+      ADD_FAILURE() << what << ": wrote y[" << i << "] outside the outputs";
+    }
+  }
+  EXPECT_EQ(failures, 0) << what;
+}
+
+// The first N floats at a and at b are bit-identical.
+bool RowsIdentical(const float* a, const float* b, int64_t N) {
+  return std::memcmp(a, b, static_cast<size_t>(N) * sizeof(float)) == 0;
+}
+
+std::string Describe(DType dtype, int64_t M, int64_t N, int64_t K) {
+  return std::string(DTypeName(dtype)) + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
+         " K=" + std::to_string(K);
+}
+
+}  // namespace moeserve::kernels::matmul_test
+
+#endif  // MOESERVE_KERNELS_MATMUL_TEST_HELPERS_
+
+// foreach_target.h re-includes this file once per target; the per-target tests below call that
+// target's MatMulRangeImpl from matmul-inl.h directly, not through the dispatcher.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/matmul_test.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/tests/test_util-inl.h"
+#include "kernels/matmul-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace moeserve::kernels::HWY_NAMESPACE {
+
+using matmul_test::Describe;
+using matmul_test::ExpectMatchesReference;
+using matmul_test::MakeX;
+using matmul_test::MakeY;
+using matmul_test::RowsIdentical;
+using matmul_test::Weights;
+
+// Helpers in their own namespace: other kernels' tests define per-target functions too.
+namespace matmul_test_target {
+
+// This target's kernel on outputs [n_begin, n_end).
+void Run(const float* x, int64_t x_stride, int64_t M, const Tensor& W, int64_t n_begin,
+         int64_t n_end, float* y, int64_t y_stride) {
+  MatMulRangeImpl(x, static_cast<size_t>(x_stride), static_cast<size_t>(M), W.data(), W.dtype(),
+                  static_cast<size_t>(W.dim(1)), static_cast<size_t>(n_begin),
+                  static_cast<size_t>(n_end), y, static_cast<size_t>(y_stride));
+}
+
+std::string Where(DType dtype, int64_t M, int64_t N, int64_t K) {
+  return std::string(hwy::TargetName(HWY_TARGET)) + " " + Describe(dtype, M, N, K);
+}
+
+}  // namespace matmul_test_target
+
+using matmul_test_target::Run;
+using matmul_test_target::Where;
+
+HWY_NOINLINE void TestMatMulMatchesReference() {
+  uint32_t seed = 1;
+  int cases = 0;
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    for (int64_t M : {1, 2, 3, 5, 16, 37}) {
+      for (int64_t N : {1, 3, 4, 7, 64, 129}) {
+        for (int64_t K : {1, 7, 8, 15, 16, 31, 64, 100, 257, 2048}) {
+          ++seed;
+          // Every other case has padded rows: x and y strides wider than K and N.
+          const bool strided = seed % 2 == 0;
+          const int64_t x_stride = strided ? K + 5 : K;
+          const int64_t y_stride = strided ? N + 3 : N;
+          Weights w(dtype, N, K, seed, /*pad=*/16);
+          const Tensor W = w.view();
+          const std::vector<float> x = MakeX(M, K, x_stride, seed + 1000, /*pad=*/16);
+          std::vector<float> y = MakeY(M, N, y_stride, /*pad=*/16);
+          Run(x.data(), x_stride, M, W, 0, N, y.data(), y_stride);
+          ExpectMatchesReference(y, y_stride, x.data(), x_stride, M, W, Where(dtype, M, N, K));
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 2 * 6 * 6 * 10);
+}
+
+HWY_NOINLINE void TestMatMulBatchInvariance() {
+  // Each output computed inside a batch of 37 rows must equal, bit for bit, the same output
+  // computed alone (M = 1), in any smaller batch at any offset, and in any split of n.
+  constexpr int64_t kM = 37;
+  constexpr int64_t kN = 37;
+  uint32_t seed = 500;
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    for (int64_t K : {1, 7, 8, 15, 16, 17, 31, 100, 257, 2048}) {
+      ++seed;
+      const std::string where = Where(dtype, kM, kN, K);
+      Weights w(dtype, kN, K, seed);
+      const Tensor W = w.view();
+      const std::vector<float> x = MakeX(kM, K, K, seed + 1);
+      std::vector<float> full = MakeY(kM, kN, kN);
+      Run(x.data(), K, kM, W, 0, kN, full.data(), kN);
+
+      // Alone.
+      for (int64_t m = 0; m < kM; ++m) {
+        std::vector<float> one(kN);
+        Run(x.data() + m * K, K, 1, W, 0, kN, one.data(), kN);
+        EXPECT_TRUE(RowsIdentical(one.data(), full.data() + m * kN, kN)) << where << " m=" << m;
+      }
+      // Sub-batches of every size up to 9 and a few larger, at every offset that fits.
+      for (int64_t batch : {2, 3, 4, 5, 6, 7, 8, 9, 13, 24, 36}) {
+        for (int64_t m0 = 0; m0 + batch <= kM; m0 += 5) {
+          std::vector<float> part(static_cast<size_t>(batch * kN));
+          Run(x.data() + m0 * K, K, batch, W, 0, kN, part.data(), kN);
+          for (int64_t m = 0; m < batch; ++m) {
+            EXPECT_TRUE(RowsIdentical(part.data() + m * kN, full.data() + (m0 + m) * kN, kN))
+                << where << " batch=" << batch << " m0=" << m0 << " m=" << m;
+          }
+        }
+      }
+      // Two ranges of n split at every point, aligned to the row tile or not.
+      for (int64_t split = 0; split <= kN; ++split) {
+        std::vector<float> y = MakeY(kM, kN, kN);
+        Run(x.data(), K, kM, W, 0, split, y.data(), kN);
+        Run(x.data(), K, kM, W, split, kN, y.data(), kN);
+        EXPECT_EQ(std::memcmp(y.data(), full.data(), y.size() * sizeof(float)), 0)
+            << where << " split=" << split;
+      }
+    }
+  }
+}
+
+HWY_NOINLINE void TestMatMulStaysInBounds() {
+  // Exact-size buffers: a read past W, x or y is out of bounds for AddressSanitizer in the asan
+  // build. NaN-padded buffers: an over-read turns the result into NaN in every build. Every
+  // partial-vector length is covered for every target (K up to 3 vectors of 16 lanes).
+  uint32_t seed = 900;
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    for (int64_t K = 0; K <= 50; ++K) {
+      for (int64_t N : {1, 2, 3, 4, 5, 9}) {
+        for (int64_t M : {1, 2, 4, 7}) {
+          for (int64_t pad : {0, 16}) {
+            ++seed;
+            Weights w(dtype, N, K, seed, pad);
+            const Tensor W = w.view();
+            const std::vector<float> x = MakeX(M, K, K, seed + 1, pad);
+            std::vector<float> y = MakeY(M, N, N, pad);
+            Run(x.data(), K, M, W, 0, N, y.data(), N);
+            ExpectMatchesReference(y, N, x.data(), K, M, W,
+                                   Where(dtype, M, N, K) + " pad=" + std::to_string(pad));
+          }
+        }
+      }
+    }
+  }
+}
+
+HWY_NOINLINE void TestMatMulRangeWritesOnlyItsOutputs() {
+  constexpr int64_t kM = 5;
+  constexpr int64_t kN = 23;
+  constexpr int64_t kK = 40;
+  Weights w(DType::kBF16, kN, kK, 77);
+  const Tensor W = w.view();
+  const std::vector<float> x = MakeX(kM, kK, kK, 78);
+  std::vector<float> full(kM * kN);
+  Run(x.data(), kK, kM, W, 0, kN, full.data(), kN);
+  for (int64_t n_begin = 0; n_begin <= kN; n_begin += 3) {
+    for (int64_t n_end = n_begin; n_end <= kN; n_end += 4) {
+      std::vector<float> y = MakeY(kM, kN, kN);
+      Run(x.data(), kK, kM, W, n_begin, n_end, y.data(), kN);
+      for (int64_t m = 0; m < kM; ++m) {
+        for (int64_t n = 0; n < kN; ++n) {
+          const float got = y[m * kN + n];
+          const float want = n_begin <= n && n < n_end ? full[m * kN + n] : matmul_test::kYSentinel;
+          EXPECT_EQ(std::memcmp(&got, &want, sizeof(float)), 0)
+              << hwy::TargetName(HWY_TARGET) << " [" << n_begin << ", " << n_end << ") m=" << m
+              << " n=" << n;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace moeserve::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+
+namespace moeserve::kernels {
+
+HWY_BEFORE_TEST(MatMulTargetTest);
+HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestMatMulMatchesReference);
+HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestMatMulBatchInvariance);
+HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestMatMulStaysInBounds);
+HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestMatMulRangeWritesOnlyItsOutputs);
+
+namespace {
+
+using matmul_test::Describe;
+using matmul_test::ExpectMatchesReference;
+using matmul_test::MakeX;
+using matmul_test::MakeY;
+using matmul_test::RowsIdentical;
+using matmul_test::Weights;
+
+TEST(MatMulTest, BitIdenticalAcrossThreadCountsAndBatches) {
+  // The public entry point on the dispatched target: the N split over threads, M and the row
+  // offset of an output in the batch never change its bits.
+  constexpr int64_t kM = 37;
+  uint32_t seed = 3000;
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    for (int64_t N : {1, 5, 64, 133}) {
+      for (int64_t K : {1, 7, 257, 2048}) {
+        ++seed;
+        const std::string where = Describe(dtype, kM, N, K);
+        Weights w(dtype, N, K, seed);
+        const Tensor W = w.view();
+        const std::vector<float> x = MakeX(kM, K, K, seed + 1);
+        std::vector<float> base(static_cast<size_t>(kM * N));
+        {
+          ThreadPool pool(1);
+          MatMul(x.data(), K, kM, W, base.data(), N, pool);
+        }
+        ExpectMatchesReference(base, N, x.data(), K, kM, W, where);
+        for (size_t threads : {2, 3, 4}) {
+          ThreadPool pool(threads);
+          std::vector<float> y(base.size());
+          MatMul(x.data(), K, kM, W, y.data(), N, pool);
+          EXPECT_EQ(std::memcmp(y.data(), base.data(), y.size() * sizeof(float)), 0)
+              << where << " threads=" << threads;
+          for (int64_t m = 0; m < kM; m += 6) {
+            std::vector<float> one(static_cast<size_t>(N));
+            MatMul(x.data() + m * K, K, 1, W, one.data(), N, pool);
+            EXPECT_TRUE(RowsIdentical(one.data(), base.data() + m * N, N))
+                << where << " threads=" << threads << " m=" << m;
+          }
+        }
+        std::vector<float> ranged(base.size());
+        MatMulRange(x.data(), K, kM, W, 0, N / 3, ranged.data(), N);
+        MatMulRange(x.data(), K, kM, W, N / 3, N, ranged.data(), N);
+        EXPECT_EQ(std::memcmp(ranged.data(), base.data(), base.size() * sizeof(float)), 0)
+            << where << " MatMulRange";
+      }
+    }
+  }
+}
+
+TEST(MatMulTest, StridedRowsOnThreads) {
+  // x and y rows wider than K and N (a view into larger activations), split over two threads.
+  constexpr int64_t kM = 6;
+  constexpr int64_t kN = 70;
+  constexpr int64_t kK = 300;
+  constexpr int64_t kXStride = 512;
+  constexpr int64_t kYStride = 96;
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    Weights w(dtype, kN, kK, 4000);
+    const Tensor W = w.view();
+    const std::vector<float> x = MakeX(kM, kK, kXStride, 4001, /*pad=*/8);
+    std::vector<float> y = MakeY(kM, kN, kYStride, /*pad=*/8);
+    ThreadPool pool(2);
+    MatMul(x.data(), kXStride, kM, W, y.data(), kYStride, pool);
+    ExpectMatchesReference(y, kYStride, x.data(), kXStride, kM, W, Describe(dtype, kM, kN, kK));
+  }
+}
+
+TEST(MatMulTest, ModelShapesMatchReference) {
+  // A Qwen3-Next expert (down: [2048, 512]; gate/up: [512, 2048]) at decode and prefill sizes.
+  ThreadPool pool(2);
+  uint32_t seed = 5000;
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    for (auto [N, K] : {std::pair<int64_t, int64_t>{512, 2048}, {2048, 512}}) {
+      for (int64_t M : {1, 4, 19}) {
+        ++seed;
+        Weights w(dtype, N, K, seed);
+        const Tensor W = w.view();
+        const std::vector<float> x = MakeX(M, K, K, seed + 1);
+        std::vector<float> y = MakeY(M, N, N);
+        MatMul(x.data(), K, M, W, y.data(), N, pool);
+        ExpectMatchesReference(y, N, x.data(), K, M, W, Describe(dtype, M, N, K));
+      }
+    }
+  }
+}
+
+TEST(MatMulTest, OneJoinPerCall) {
+  ThreadPool pool(2);
+  Weights w(DType::kBF16, 64, 32, 6000);
+  const std::vector<float> x = MakeX(3, 32, 32, 6001);
+  std::vector<float> y(3 * 64);
+  const uint64_t before = pool.barrier_count();
+  MatMul(x.data(), 32, 3, w.view(), y.data(), 64, pool);
+  EXPECT_EQ(pool.barrier_count(), before + 1);
+  // A single row tile is one task: it runs inline, with no join.
+  Weights small(DType::kBF16, 4, 32, 6002);
+  MatMul(x.data(), 32, 3, small.view(), y.data(), 4, pool);
+  EXPECT_EQ(pool.barrier_count(), before + 1);
+}
+
+TEST(MatMulTest, EmptyShapes) {
+  ThreadPool pool(2);
+  // M = 0: nothing is read or written.
+  Weights w(DType::kF32, 8, 16, 7000);
+  std::vector<float> y = MakeY(1, 8, 8);
+  MatMul(nullptr, 16, 0, w.view(), y.data(), 8, pool);
+  for (float v : y) EXPECT_EQ(v, matmul_test::kYSentinel);
+  // N = 0: likewise.
+  Weights none(DType::kBF16, 0, 16, 7001);
+  const std::vector<float> x = MakeX(2, 16, 16, 7002);
+  MatMul(x.data(), 16, 2, none.view(), nullptr, 0, pool);
+  // K = 0: empty sums are zero.
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    Weights empty(dtype, 9, 0, 7003);
+    std::vector<float> z = MakeY(3, 9, 9);
+    MatMul(nullptr, 0, 3, empty.view(), z.data(), 9, pool);
+    for (float v : z) EXPECT_EQ(v, 0.0f) << DTypeName(dtype);
+    std::vector<float> zr = MakeY(3, 9, 9);
+    ref::MatMul(nullptr, 0, 3, empty.view(), zr.data(), 9);
+    for (float v : zr) EXPECT_EQ(v, 0.0f) << DTypeName(dtype);
+  }
+}
+
+TEST(MatMulTest, ExactForSmallIntegers) {
+  // Products and partial sums of small integers are exact in f32 in any order, so the kernel must
+  // equal the reference exactly, also in bf16 (integers up to 256 are exact there).
+  constexpr int64_t kM = 3;
+  constexpr int64_t kN = 11;
+  constexpr int64_t kK = 1000;
+  std::mt19937 rng(8000);
+  std::uniform_int_distribution<int> dist(-8, 8);
+  std::vector<float> x(kM * kK);
+  for (float& v : x) v = static_cast<float>(dist(rng));
+  std::vector<uint16_t> wb(kN * kK);
+  std::vector<float> wf(kN * kK);
+  for (size_t i = 0; i < wf.size(); ++i) {
+    wf[i] = static_cast<float>(dist(rng));
+    wb[i] = F32ToBF16(wf[i]);
+  }
+  ThreadPool pool(2);
+  for (const Tensor& W : {Tensor(wb.data(), DType::kBF16, {kN, kK}),
+                          Tensor(wf.data(), DType::kF32, {kN, kK})}) {
+    std::vector<float> got(kM * kN);
+    std::vector<float> want(kM * kN);
+    MatMul(x.data(), kK, kM, W, got.data(), kN, pool);
+    ref::MatMul(x.data(), kK, kM, W, want.data(), kN);
+    EXPECT_EQ(got, want) << DTypeName(W.dtype());
+  }
+}
+
+TEST(RefMatMulTest, SmallCases) {
+  // x = [[1, 2, 3], [1e8, 1, -1e8]]; W = [[1, 0, -1], [0.5, 0.5, 0.5]].
+  const float x[] = {1.0f, 2.0f, 3.0f, 1e8f, 1.0f, -1e8f};
+  float wf[] = {1.0f, 0.0f, -1.0f, 0.5f, 0.5f, 0.5f};
+  uint16_t wb[6];
+  for (int i = 0; i < 6; ++i) wb[i] = F32ToBF16(wf[i]);
+  for (const Tensor& W : {Tensor(wf, DType::kF32, {2, 3}), Tensor(wb, DType::kBF16, {2, 3})}) {
+    float y[4] = {};
+    ref::MatMul(x, 3, 2, W, y, 2);
+    EXPECT_EQ(y[0], -2.0f);
+    EXPECT_EQ(y[1], 3.0f);
+    EXPECT_EQ(y[2], 2e8f);
+    // Double accumulation keeps the 0.5 that an f32 running sum would lose next to 5e7.
+    EXPECT_EQ(y[3], 0.5f);
+  }
+}
+
+TEST(MatMulDeathTest, RejectsBadArguments) {
+  ThreadPool pool(1);
+  std::vector<float> x(64, 1.0f);
+  std::vector<float> y(64);
+  std::vector<uint16_t> w16(64);
+  std::vector<float> w32(64);
+  const Tensor f16(w16.data(), DType::kF16, {4, 16});
+  EXPECT_DEATH(MatMul(x.data(), 16, 1, f16, y.data(), 4, pool), "f16 is unsupported");
+  EXPECT_DEATH(ref::MatMul(x.data(), 16, 1, f16, y.data(), 4), "f16 is unsupported");
+  const Tensor rank3(w32.data(), DType::kF32, {2, 2, 16});
+  EXPECT_DEATH(MatMul(x.data(), 16, 1, rank3, y.data(), 4, pool), "must be \\[N, K\\]");
+  const Tensor W(w32.data(), DType::kF32, {4, 16});
+  EXPECT_DEATH(MatMul(x.data(), 8, 2, W, y.data(), 4, pool), "x rows are shorter than K");
+  EXPECT_DEATH(MatMul(x.data(), 16, 2, W, y.data(), 3, pool), "y rows are shorter than N");
+  EXPECT_DEATH(MatMulRange(x.data(), 16, 1, W, 2, 5, y.data(), 4), "outside N");
+  EXPECT_DEATH(MatMulRange(x.data(), 16, 1, W, 3, 2, y.data(), 4), "outside N");
+  const Tensor columns = Tensor(w32.data(), DType::kF32, {4, 16}).Slice(1, 0, 8);
+  EXPECT_DEATH(MatMul(x.data(), 16, 1, columns, y.data(), 4, pool), "must be contiguous");
+}
+
+}  // namespace
+}  // namespace moeserve::kernels
+
+#endif  // HWY_ONCE

@@ -1,0 +1,68 @@
+// CausalLm: a loaded decoder-only model — Qwen3-Next, Qwen3.5-MoE, Qwen3-MoE, Qwen3, Llama —
+// and its forward pass over one sequence's new tokens, plus the MTP draft head.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "io/model_config.h"
+#include "model/cache.h"
+#include "model/layers.h"
+#include "model/weights.h"
+#include "parallel/communicator.h"
+
+namespace moeserve::model {
+
+struct LoadOptions {
+  std::optional<DType> weight_dtype;  // bf16 | f32; default: as the checkpoint (see weights.h)
+  size_t threads = 0;                 // 0: all cores
+};
+
+class CausalLm {
+ public:
+  static Result<std::unique_ptr<CausalLm>> Load(const std::string& dir, const LoadOptions& options);
+  CausalLm(io::ModelConfig config, ModelWeights weights, size_t threads);
+
+  const io::ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  ThreadPool& pool() { return pool_; }
+  bool has_mtp() const { return !weights_.mtp.layers.empty(); }
+  void set_activation_tap(ActivationTap tap) { tap_ = std::move(tap); }
+
+  // Runs the sequence's new tokens through the decoder, reading and extending `cache`.
+  // hidden (if non-null) receives the final-normed hidden states [T, H] (what lm_head and the
+  // MTP head read); logits receives [rows, vocab] for the last token only, or for every token
+  // when all_logits.
+  void Forward(const SequenceInput& seq, ModelCache& cache, bool all_logits,
+               std::vector<float>* hidden, std::vector<float>* logits);
+
+  // The MTP head (spec §3.h) for T rows: row t pairs hidden[t] (a final-normed hidden state at
+  // position first_pos + t, from Forward or from the previous MTP step) with next_tokens[t],
+  // runs at position first_pos + t with the MTP layer's own KV cache (through block_table), and
+  // yields draft logits [T, vocab] for the token after next_tokens[t]; mtp_hidden (if non-null)
+  // receives the head's normed outputs [T, H], the hidden input of the next chained step.
+  void MtpForward(const float* hidden, const int32_t* next_tokens, int64_t T, int64_t first_pos,
+                  const int32_t* block_table, ModelCache& cache, std::vector<float>* mtp_hidden,
+                  std::vector<float>* logits);
+
+ private:
+  LayerContext Context(int64_t layer);
+  void EmbedRows(const int32_t* tokens, int64_t T, float* out) const;
+  // logits [rows, V] = rows of x [*, H] times lm_head.
+  void Logits(const float* x, int64_t rows, std::vector<float>* logits);
+
+  io::ModelConfig config_;
+  ModelWeights weights_;
+  ThreadPool pool_;
+  parallel::SingleRankCommunicator comm_;
+  Scratch scratch_;
+  ActivationTap tap_;
+  std::vector<float> x_, hidden_, mtp_in_;
+};
+
+}  // namespace moeserve::model

@@ -1,0 +1,281 @@
+#include "model/layers.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/activations.h"
+#include "kernels/causal_conv1d.h"
+#include "kernels/gated_delta_rule.h"
+#include "kernels/matmul.h"
+#include "kernels/norms.h"
+#include "kernels/rope.h"
+
+namespace moeserve::model {
+namespace {
+
+constexpr float kL2NormEps = 1e-6f;  // FLA / HF l2norm: x * rsqrt(sum(x^2) + 1e-6)
+
+float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// torch.nn.functional.softplus with its default threshold of 20.
+float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+template <typename T>
+T* Grow(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+  return v.data();
+}
+
+void AddBias(float* rows, int64_t T, const std::vector<float>& bias) {
+  if (bias.empty()) return;
+  const int64_t n = static_cast<int64_t>(bias.size());
+  for (int64_t t = 0; t < T; ++t) kernels::Axpy(1.0f, bias.data(), rows + t * n, n);
+}
+
+// out [n, H] = down(silu(gate x) * up x) for n rows of x (row stride x_stride); `mid` is scratch
+// of [n, 2 I].
+void SwiGluRows(const LayerContext& ctx, const SwiGluWeights& w, const float* x, int64_t x_stride,
+                int64_t n, std::vector<float>& mid, float* out) {
+  const int64_t I = w.width(), H = ctx.config.hidden_size;
+  float* m = Grow(mid, n * 2 * I);
+  kernels::MatMul(x, x_stride, n, w.gate_up.view(), m, 2 * I, ctx.pool);  // [n, gate | up]
+  for (int64_t i = 0; i < n; ++i) kernels::SwiGlu(m + i * 2 * I, m + i * 2 * I + I, m + i * 2 * I, I);
+  kernels::MatMul(m, 2 * I, n, w.down.view(), out, H, ctx.pool);
+}
+
+}  // namespace
+
+void RmsNormRows(const float* x, int64_t T, int64_t n, const std::vector<float>& w, float eps,
+                 float* y) {
+  for (int64_t t = 0; t < T; ++t) kernels::RmsNorm(x + t * n, w.data(), eps, y + t * n, n);
+}
+
+void GatedDeltaNet(const LayerContext& ctx, const GdnWeights& w, const float* x, int64_t T,
+                   int64_t first_pos, float* conv_state, float* S, float* out) {
+  const io::ModelConfig& c = ctx.config;
+  Scratch& s = ctx.scratch;
+  const int64_t H = c.hidden_size, nk = c.linear_num_key_heads, nv = c.linear_num_value_heads;
+  const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim, r = nv / nk;
+  const int64_t key_dim = nk * dk, value_dim = nv * dv, conv_dim = 2 * key_dim + value_dim;
+  const int64_t cols = conv_dim + value_dim;  // a projected row: [q | k | v | z]
+  const float eps = static_cast<float>(c.rms_norm_eps);
+
+  // Projections: [T, q | k | v | z] and [T, b | a].
+  float* proj = Grow(s.proj, T * cols);
+  float* gates = Grow(s.gates, T * 2 * nv);
+  kernels::MatMul(x, H, T, w.in_proj_qkvz.view(), proj, cols, ctx.pool);
+  kernels::MatMul(x, H, T, w.in_proj_ba.view(), gates, 2 * nv, ctx.pool);
+
+  // Per token: causal conv + SiLU over [q | k | v] (in place), l2norm of q (scaled by
+  // 1/sqrt(dk)) and k per key head, beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias).
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  for (int64_t t = 0; t < T; ++t) {
+    float* row = proj + t * cols;
+    kernels::CausalConv1dSiluStep(row, conv_state, w.conv.data(), conv_dim,
+                                  c.linear_conv_kernel_dim, row);
+    for (int64_t g = 0; g < nk; ++g) {
+      kernels::L2Normalize(row + g * dk, kL2NormEps, q_scale, dk);
+      kernels::L2Normalize(row + key_dim + g * dk, kL2NormEps, 1.0f, dk);
+    }
+    float* b = gates + t * 2 * nv;
+    float* a = b + nv;
+    for (int64_t h = 0; h < nv; ++h) {
+      b[h] = Sigmoid(b[h]);                                   // beta
+      a[h] = w.neg_exp_a[h] * Softplus(a[h] + w.dt_bias[h]);  // g (log decay)
+    }
+  }
+
+  // The delta rule per value head (value head h reads key head h / r): one recurrent step for a
+  // single token, else the chunked form over chunks aligned to absolute multiples of 64, so the
+  // arithmetic does not depend on how a prompt is split across calls.
+  float* core = Grow(s.core, T * value_dim);
+  ctx.pool.ParallelFor(nv, [&](size_t head, size_t) {
+    const int64_t h = static_cast<int64_t>(head);
+    float* Sh = S + h * dk * dv;
+    const float* q = proj + (h / r) * dk;
+    const float* k = proj + key_dim + (h / r) * dk;
+    const float* v = proj + 2 * key_dim + h * dv;
+    float* o = core + h * dv;
+    float g[kernels::kGdnChunkSize], beta[kernels::kGdnChunkSize];
+    for (int64_t t0 = 0; t0 < T;) {
+      const int64_t len =
+          std::min(T - t0, kernels::kGdnChunkSize - (first_pos + t0) % kernels::kGdnChunkSize);
+      for (int64_t i = 0; i < len; ++i) {
+        beta[i] = gates[(t0 + i) * 2 * nv + h];
+        g[i] = gates[(t0 + i) * 2 * nv + nv + h];
+      }
+      if (len == 1) {
+        kernels::GatedDeltaRuleStep(Sh, q + t0 * cols, k + t0 * cols, v + t0 * cols, g[0],
+                                    beta[0], dk, dv, o + t0 * value_dim);
+      } else {
+        kernels::GatedDeltaRuleChunk(Sh, q + t0 * cols, k + t0 * cols, cols, v + t0 * cols, cols,
+                                     g, beta, len, dk, dv, o + t0 * value_dim, value_dim);
+      }
+      t0 += len;
+    }
+  });
+
+  // Gated RMSNorm per (token, value head) with SiLU(z), then out_proj.
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < nv; ++h) {
+      float* o = core + t * value_dim + h * dv;
+      const float* z = proj + t * cols + conv_dim + h * dv;
+      kernels::RmsNormGated(o, z, w.norm.data(), eps, o, dv);
+    }
+  }
+  ctx.Tap("gdn_core", core, T, value_dim);
+  kernels::MatMul(core, value_dim, T, w.out_proj.view(), out, H, ctx.pool);
+  ctx.comm.AllReduceSum(out, T * H);
+}
+
+void Attention(const LayerContext& ctx, const AttentionWeights& w, const float* x, int64_t T,
+               int64_t first_pos, const kernels::PagedKvCache& cache, const int32_t* block_table,
+               float* out) {
+  const io::ModelConfig& c = ctx.config;
+  Scratch& s = ctx.scratch;
+  const int64_t H = c.hidden_size, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const int64_t hd = c.head_dim, rot = c.rotary_dim;
+  const bool gated = c.attn_output_gate;
+  const int64_t q_stride = gated ? 2 * hd : hd;  // per head: [query | gate] when gated
+  const int64_t q_rows = nh * q_stride, kv_rows = nkv * hd, cols = q_rows + 2 * kv_rows;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+
+  float* proj = Grow(s.proj, T * cols);
+  kernels::MatMul(x, H, T, w.qkv.view(), proj, cols, ctx.pool);
+  AddBias(proj, T, w.qkv_bias);
+
+  float* q = Grow(s.heads, T * nh * hd);
+  float* gate = gated ? Grow(s.gate, T * nh * hd) : nullptr;
+  float* cos = Grow(s.rope_cos, rot / 2);
+  float* sin = Grow(s.rope_sin, rot / 2);
+  for (int64_t t = 0; t < T; ++t) {
+    float* row = proj + t * cols;
+    float* qt = q + t * nh * hd;
+    for (int64_t h = 0; h < nh; ++h) {
+      std::memcpy(qt + h * hd, row + h * q_stride, hd * sizeof(float));
+      if (gated) std::memcpy(gate + (t * nh + h) * hd, row + h * q_stride + hd, hd * sizeof(float));
+      if (!w.q_norm.empty()) kernels::RmsNorm(qt + h * hd, w.q_norm.data(), eps, qt + h * hd, hd);
+    }
+    float* k = row + q_rows;
+    const float* v = k + kv_rows;
+    if (!w.k_norm.empty()) {
+      for (int64_t h = 0; h < nkv; ++h) kernels::RmsNorm(k + h * hd, w.k_norm.data(), eps, k + h * hd, hd);
+    }
+    const int64_t pos = first_pos + t;
+    kernels::RopeCosSin(pos, c.rope_theta, rot, cos, sin);
+    kernels::ApplyRope(qt, nh, hd, rot, cos, sin);
+    kernels::ApplyRope(k, nkv, hd, rot, cos, sin);
+    for (int64_t h = 0; h < nkv; ++h) {
+      std::memcpy(kernels::KvRow(cache.k, cache, block_table, pos, h), k + h * hd,
+                  hd * sizeof(float));
+      std::memcpy(kernels::KvRow(cache.v, cache, block_table, pos, h), v + h * hd,
+                  hd * sizeof(float));
+    }
+  }
+
+  float* attn = Grow(s.attn, T * nh * hd);
+  kernels::PagedAttention(q, T, first_pos, nh, cache, block_table,
+                          1.0f / std::sqrt(static_cast<float>(hd)), attn, ctx.pool);
+  if (gated) kernels::MulSigmoid(attn, gate, T * nh * hd);
+  kernels::MatMul(attn, nh * hd, T, w.o_proj.view(), out, H, ctx.pool);
+  AddBias(out, T, w.o_bias);
+  ctx.comm.AllReduceSum(out, T * H);
+}
+
+void SparseMoe(const LayerContext& ctx, const MoeWeights& w, const float* x, int64_t T,
+               float* out) {
+  const io::ModelConfig& c = ctx.config;
+  Scratch& s = ctx.scratch;
+  const int64_t H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok;
+
+  // Router: f32 softmax over all experts, top-k, renormalized over the k.
+  float* probs = Grow(s.router, T * E);
+  kernels::MatMul(x, H, T, w.router.view(), probs, E, ctx.pool);
+  int32_t* ids = Grow(s.topk_ids, T * k);
+  float* weights = Grow(s.topk_weights, T * k);
+  for (int64_t t = 0; t < T; ++t) {
+    kernels::Softmax(probs + t * E, E);
+    kernels::TopK(probs + t * E, E, k, ids + t * k, weights + t * k);
+    if (c.norm_topk_prob) {
+      float sum = 0.0f;
+      for (int64_t j = 0; j < k; ++j) sum += weights[t * k + j];
+      for (int64_t j = 0; j < k; ++j) weights[t * k + j] /= sum;
+    }
+  }
+  ctx.Tap("router_probs", probs, T, E);
+
+  // Group the (token, choice) pairs by expert, so each expert's weights are read once for all
+  // its tokens; experts run in ascending id, so every token sums its experts in that order.
+  s.expert_tokens.resize(E);
+  for (auto& list : s.expert_tokens) list.clear();
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t j = 0; j < k; ++j) s.expert_tokens[ids[t * k + j]].push_back(t * k + j);
+  }
+  std::memset(out, 0, T * H * sizeof(float));
+  for (int64_t e = 0; e < E; ++e) {
+    const std::vector<int32_t>& pairs = s.expert_tokens[e];
+    const int64_t n = static_cast<int64_t>(pairs.size());
+    if (n == 0) continue;
+    float* in = Grow(s.expert_in, n * H);
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(in + i * H, x + (pairs[i] / k) * H, H * sizeof(float));
+    }
+    float* y = Grow(s.expert_out, n * H);
+    SwiGluRows(ctx, w.experts[e], in, H, n, s.expert_mid, y);
+    for (int64_t i = 0; i < n; ++i) {
+      kernels::Axpy(weights[pairs[i]], y + i * H, out + (pairs[i] / k) * H, H);
+    }
+  }
+
+  // Shared expert, scaled per token by sigmoid(x . shared_expert_gate).
+  if (w.shared.gate_up.view().rank() == 2) {
+    float* y = Grow(s.shared_out, T * H);
+    SwiGluRows(ctx, w.shared, x, H, T, s.shared_mid, y);
+    for (int64_t t = 0; t < T; ++t) {
+      float dot = 0.0f;
+      for (int64_t i = 0; i < H; ++i) dot += x[t * H + i] * w.shared_gate[i];
+      kernels::Axpy(Sigmoid(dot), y + t * H, out + t * H, H);
+    }
+  }
+  ctx.comm.AllReduceSum(out, T * H);
+}
+
+void SwiGluMlp(const LayerContext& ctx, const SwiGluWeights& w, const float* x, int64_t T,
+               float* out) {
+  SwiGluRows(ctx, w, x, ctx.config.hidden_size, T, ctx.scratch.expert_mid, out);
+  ctx.comm.AllReduceSum(out, T * ctx.config.hidden_size);
+}
+
+void DecoderLayer(const LayerContext& ctx, const DecoderLayerWeights& w, float* x, int64_t T,
+                  int64_t first_pos, const kernels::PagedKvCache* kv, const int32_t* block_table,
+                  float* conv_state, float* S) {
+  const int64_t H = ctx.config.hidden_size;
+  const float eps = static_cast<float>(ctx.config.rms_norm_eps);
+  float* normed = Grow(ctx.scratch.normed, T * H);
+  float* delta = Grow(ctx.scratch.delta, T * H);
+
+  RmsNormRows(x, T, H, w.input_norm, eps, normed);
+  ctx.Tap("input_norm", normed, T, H);
+  if (w.type == io::LayerType::kLinearAttention) {
+    GatedDeltaNet(ctx, w.gdn, normed, T, first_pos, conv_state, S, delta);
+    ctx.Tap("gdn_out", delta, T, H);
+  } else {
+    Attention(ctx, w.attention, normed, T, first_pos, *kv, block_table, delta);
+    ctx.Tap("attn_out", delta, T, H);
+  }
+  kernels::Axpy(1.0f, delta, x, T * H);
+
+  RmsNormRows(x, T, H, w.post_attention_norm, eps, normed);
+  ctx.Tap("post_attention_norm", normed, T, H);
+  if (w.moe) {
+    SparseMoe(ctx, w.experts, normed, T, delta);
+    ctx.Tap("moe_out", delta, T, H);
+  } else {
+    SwiGluMlp(ctx, w.mlp, normed, T, delta);
+    ctx.Tap("mlp_out", delta, T, H);
+  }
+  kernels::Axpy(1.0f, delta, x, T * H);
+  ctx.Tap("layer_out", x, T, H);
+}
+
+}  // namespace moeserve::model

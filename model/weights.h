@@ -1,0 +1,95 @@
+// A model's weights in the kernels' layout, built once at load by walking the checkpoint
+// (checkpoint_layout.h). Matrices are [out, in] in bf16 or f32 (the --weight-dtype); norms,
+// gates and other vectors are f32 with every load-time transform already applied:
+//   - (1 + w) RMSNorm weights have the 1 added (spec §3.a);
+//   - q/k/v projections are concatenated into one matrix, expert gate/up into one;
+//   - Qwen3-Next's interleaved in_proj_qkvz / in_proj_ba rows are permuted into Qwen3.5's split
+//     order [q | k | v | z] / [b | a], so one GDN code path serves both (spec §3.c.1);
+//   - the conv weight is transposed to [Kc][conv_dim]; A_log becomes -exp(A_log).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "io/model_config.h"
+#include "io/safetensors.h"
+
+namespace moeserve::model {
+
+struct AttentionWeights {
+  // [q_rows + 2 * kv_rows, H]: q_proj rows (per head [query; gate] when gated, spec §3.d), then
+  // k_proj, then v_proj.
+  OwnedTensor qkv;
+  std::vector<float> qkv_bias;  // [q_rows + 2 * kv_rows], empty without attention_bias
+  OwnedTensor o_proj;           // [H, num_heads * head_dim]
+  std::vector<float> o_bias;    // [H] or empty
+  std::vector<float> q_norm;    // [head_dim] or empty (Llama)
+  std::vector<float> k_norm;
+};
+
+struct GdnWeights {
+  OwnedTensor in_proj_qkvz;  // [2 key_dim + 2 value_dim, H], rows [q | k | v | z]
+  OwnedTensor in_proj_ba;    // [2 nv, H], rows [b | a]
+  std::vector<float> conv;   // [Kc][conv_dim]: conv[j][c] = conv1d.weight[c, 0, j]
+  std::vector<float> dt_bias;   // [nv]
+  std::vector<float> neg_exp_a;  // [nv], -exp(A_log)
+  std::vector<float> norm;      // [dv], plain weight of the gated RMSNorm
+  OwnedTensor out_proj;         // [H, value_dim]
+};
+
+// One SwiGLU block: down(silu(gate x) * up x).
+struct SwiGluWeights {
+  OwnedTensor gate_up;  // [2 I, H], rows [gate | up]
+  OwnedTensor down;     // [H, I]
+  int64_t width() const { return gate_up.view().rank() == 2 ? gate_up.view().dim(0) / 2 : 0; }
+};
+
+struct MoeWeights {
+  OwnedTensor router;                 // [E, H]
+  std::vector<SwiGluWeights> experts;  // E
+  SwiGluWeights shared;               // empty without a shared expert
+  std::vector<float> shared_gate;     // [H]: sigmoid(x . shared_gate) scales the shared expert
+};
+
+struct DecoderLayerWeights {
+  io::LayerType type = io::LayerType::kFullAttention;
+  bool moe = false;
+  std::vector<float> input_norm;           // [H]
+  std::vector<float> post_attention_norm;  // [H]
+  AttentionWeights attention;              // full-attention layers
+  GdnWeights gdn;                          // linear-attention layers
+  MoeWeights experts;                      // MoE layers
+  SwiGluWeights mlp;                       // dense layers
+};
+
+struct MtpWeights {
+  OwnedTensor fc;  // [H, 2H] over [norm(embedding) ; norm(hidden)]
+  std::vector<float> pre_fc_norm_embedding, pre_fc_norm_hidden, norm;
+  std::vector<DecoderLayerWeights> layers;  // full attention + MoE
+};
+
+struct ModelWeights {
+  DType matrix_dtype = DType::kBF16;
+  OwnedTensor embedding;  // [V, H]
+  std::vector<DecoderLayerWeights> layers;
+  std::vector<float> final_norm;  // [H]
+  OwnedTensor lm_head;            // [V, H]; empty when tied to the embedding
+  MtpWeights mtp;                 // layers empty without an MTP head
+
+  const Tensor& lm_head_matrix() const {
+    return lm_head.view().rank() == 2 ? lm_head.view() : embedding.view();
+  }
+};
+
+// Loads and transforms every tensor `config` implies from `checkpoint`. matrix_dtype: bf16 or
+// f32; nullopt picks f32 when the checkpoint stores its matrices in f32 or f16, else bf16.
+// Errors name the missing, misshapen or unusable tensor.
+Result<ModelWeights> LoadWeights(const io::ModelConfig& config,
+                                 const io::SafetensorsCheckpoint& checkpoint,
+                                 std::optional<DType> matrix_dtype);
+
+}  // namespace moeserve::model
