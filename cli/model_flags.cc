@@ -43,7 +43,7 @@ Result<std::unique_ptr<model::CausalLm>> ModelFlags::Load() const {
   Stopwatch watch;
   Result<std::unique_ptr<model::CausalLm>> lm = model::CausalLm::Load(dir, options);
   if (!lm.ok()) return lm.status();
-  LogInfo("loaded {} ({}, {} weights) in {:.2f} s", dir, (*lm)->config().architecture_name,
+  LogDebug("loaded {} ({}, {} weights) in {:.2f} s", dir, (*lm)->config().architecture_name,
           DTypeName((*lm)->weights().matrix_dtype), watch.ElapsedSeconds());
   return lm;
 }

@@ -10,8 +10,8 @@
 #include <cstring>
 #include <limits>
 
-#include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
 
 #if defined(MOESERVE_KERNELS_ACTIVATIONS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef MOESERVE_KERNELS_ACTIVATIONS_INL_H_
@@ -125,7 +125,7 @@ inline void MulSigmoidImpl(float* x, const float* gate, size_t n) {
   }
 }
 
-// y[i] += a * x[i], one fused multiply-add (single rounding). x may alias y.
+// y[i] += a * x[i] with hn::MulAdd (fused, one rounding, on targets with FMA). x may alias y.
 inline void AxpyImpl(float a, const float* x, float* y, size_t n) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);

@@ -26,7 +26,7 @@ namespace vecops {
 
 // One vector of channels [c, c + lanes) of the conv step; lanes = Lanes(d), or fewer (count) for
 // the last partial vector, whose loads are padded and whose stores are cut to count.
-// u = sum_{j < Kc-1} w[j] * state[j] + w[Kc-1] * x, accumulated with fused multiply-adds from the
+// u = sum_{j < Kc-1} w[j] * state[j] + w[Kc-1] * x, accumulated with multiply-adds from the
 // oldest input to the current one (the order of the definition); then state rows shift down by
 // one (row j takes row j + 1, the last row takes x) and out = silu(u). Every load of a row
 // precedes the store to it, and x is loaded before out is stored, so out may alias x.
@@ -35,9 +35,7 @@ HWY_INLINE void CausalConvSiluLanes(D d, const float* x, float* HWY_RESTRICT sta
                                     const float* HWY_RESTRICT w, size_t C, size_t Kc, size_t c,
                                     size_t count, float* out) {
   const bool full = count == hn::Lanes(d);
-  auto load = [&](const float* p) {
-    return full ? hn::LoadU(d, p) : LoadTail(d, p, count, 0.0f);
-  };
+  auto load = [&](const float* p) { return full ? hn::LoadU(d, p) : LoadTail(d, p, count, 0.0f); };
   auto store = [&](hn::Vec<D> v, float* p) {
     if (full) {
       hn::StoreU(v, d, p);
@@ -65,8 +63,7 @@ HWY_INLINE void CausalConvSiluLanes(D d, const float* x, float* HWY_RESTRICT sta
 // that every element of x, w and state is touched once. Inline (not static) so that the copy in
 // each including translation unit is the same entity.
 inline void CausalConv1dSiluStepImpl(const float* x, float* HWY_RESTRICT state,
-                                     const float* HWY_RESTRICT w, size_t C, size_t Kc,
-                                     float* out) {
+                                     const float* HWY_RESTRICT w, size_t C, size_t Kc, float* out) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   size_t c = 0;

@@ -26,8 +26,9 @@ void CausalConv1dSiluStep(const float* x, float* state, const float* w, int64_t 
   CHECK_GE(C, 0);
   CHECK_GE(Kc, 1);
   if (C == 0) return;
-  HWY_DYNAMIC_DISPATCH(CausalConv1dSiluStepImpl)(x, state, w, static_cast<size_t>(C),
-                                                 static_cast<size_t>(Kc), out);
+  const auto channels = static_cast<size_t>(C);
+  const auto width = static_cast<size_t>(Kc);
+  HWY_DYNAMIC_DISPATCH(CausalConv1dSiluStepImpl)(x, state, w, channels, width, out);
 }
 
 }  // namespace moeserve::kernels

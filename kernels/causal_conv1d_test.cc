@@ -122,19 +122,19 @@ HWY_NOINLINE void TestCausalConvMatchesRefFromRandomState() {
       }
       ASSERT_EQ(state, ref_state) << where;
 
-      // out aliasing x: the same output and state.
-      std::vector<float> x_alias = x;
-      std::vector<float> state_alias(ref_state.size());
-      // Rewind: the state before the step was (x_{-Kc+1}, ..., x_{-1}); the step above turned it
-      // into ref_state. Recreate the original from the first step's inputs instead of undoing it.
-      FillUniform(rng, -3.0f, 3.0f, &state_alias);
-      std::vector<float> state_copy = state_alias;
+      // out aliasing x: the same output and state as with a separate output, from the same
+      // start state.
+      std::vector<float> start((Kc - 1) * C);
+      FillUniform(rng, -3.0f, 3.0f, &start);
+      std::vector<float> state_separate = start;
+      std::vector<float> state_aliased = start;
       std::vector<float> separate(C);
-      CausalConv1dSiluStepImpl(x.data(), state_copy.data(), w.data(), C, Kc, separate.data());
-      CausalConv1dSiluStepImpl(x_alias.data(), state_alias.data(), w.data(), C, Kc,
-                               x_alias.data());
-      ASSERT_EQ(x_alias, separate) << where << " aliased";
-      ASSERT_EQ(state_alias, state_copy) << where << " aliased";
+      std::vector<float> x_aliased = x;
+      CausalConv1dSiluStepImpl(x.data(), state_separate.data(), w.data(), C, Kc, separate.data());
+      CausalConv1dSiluStepImpl(x_aliased.data(), state_aliased.data(), w.data(), C, Kc,
+                               x_aliased.data());
+      ASSERT_EQ(x_aliased, separate) << where << " aliased";
+      ASSERT_EQ(state_aliased, state_separate) << where << " aliased";
     }
   }
 }

@@ -184,23 +184,28 @@ HWY_INLINE void MatMulRows(D d, const float* HWY_RESTRICT X, size_t xr, size_t x
 // [i0, i1):
 //   x_lower: X[i][k] == 0 for k > i, so k only runs to i1 (the caller must zero X[i][k] for
 //            i < k < min(K, i1) -- the block reads them).
-//   c_lower: only columns j < i1 are wanted; columns i < j < i1 get values the caller ignores,
-//            columns j >= i1 are not touched.
+//   c_lower: only columns j <= i are wanted. The block computes columns up to i1 rounded up to
+//            whole vectors (a scalar tail column costs a K-long dependency chain of FMAs, far
+//            more than a few wasted lanes), so N must then be a multiple of the lane count; the
+//            extra columns get values the caller ignores.
 template <class D>
 HWY_INLINE void MatMul(D d, size_t M, size_t K, size_t N, const float* HWY_RESTRICT X, size_t xr,
                        size_t xc, const float* HWY_RESTRICT B, size_t bs, float c_scale,
                        float* HWY_RESTRICT C, size_t cs, bool x_lower, bool c_lower) {
   constexpr size_t kRows = 4;
+  const size_t lanes = hn::Lanes(d);
+  const auto columns = [&](size_t i1) {
+    return c_lower ? std::min(N, (i1 + lanes - 1) / lanes * lanes) : N;
+  };
   size_t i = 0;
   for (; i + kRows <= M; i += kRows) {
     const size_t k_end = x_lower ? std::min(K, i + kRows) : K;
-    const size_t n_end = c_lower ? std::min(N, i + kRows) : N;
-    MatMulRows<kRows>(d, X + i * xr, xr, xc, B, bs, k_end, n_end, c_scale, C + i * cs, cs);
+    MatMulRows<kRows>(d, X + i * xr, xr, xc, B, bs, k_end, columns(i + kRows), c_scale, C + i * cs,
+                      cs);
   }
   for (; i < M; ++i) {
     const size_t k_end = x_lower ? std::min(K, i + 1) : K;
-    const size_t n_end = c_lower ? std::min(N, i + 1) : N;
-    MatMulRows<1>(d, X + i * xr, xr, xc, B, bs, k_end, n_end, c_scale, C + i * cs, cs);
+    MatMulRows<1>(d, X + i * xr, xr, xc, B, bs, k_end, columns(i + 1), c_scale, C + i * cs, cs);
   }
 }
 
@@ -318,7 +323,11 @@ inline void GatedDeltaRuleChunkImpl(float* HWY_RESTRICT S, const float* HWY_REST
 
   // Row-wise scaled copies: v_beta = v * beta, nkbg = -(k * beta) * exp(gamma) (negated so that
   // -W = Tm @ nkbg needs no separate negation), qg = q * exp(gamma); and kT = k^T, so that the
-  // q k^T and k k^T products below are row-times-matrix like every other product here.
+  // q k^T and k k^T products below are row-times-matrix like every other product here. kT's
+  // columns [T, T_pad) are zero: those products run over whole vectors of columns.
+  const size_t lanes = hn::Lanes(d);
+  const size_t T_pad = (T + lanes - 1) / lanes * lanes;  // <= C, a multiple of every lane count
+  for (size_t r = 0; r < dk; ++r) std::fill(kT + r * C + T, kT + r * C + T_pad, 0.0f);
   for (size_t t = 0; t < T; ++t) {
     const float* HWY_RESTRICT qt = q + t * qs;
     const float* HWY_RESTRICT kt = k + t * qs;
@@ -335,8 +344,8 @@ inline void GatedDeltaRuleChunkImpl(float* HWY_RESTRICT S, const float* HWY_REST
   //   Aqk[i][j] = (q_i . k_j) * exp(gamma_i - gamma_j)            j <= i, else 0
   //   A[i][j]   = -beta_i * (k_i . k_j) * exp(gamma_i - gamma_j)  j < i, else 0
   // Zeros are written up to column T because MatMul's x_lower blocks read them.
-  gdn::MatMul(d, T, dk, T, q, qs, 1, kT, C, 0.0f, Aqk, C, /*x_lower=*/false, /*c_lower=*/true);
-  gdn::MatMul(d, T, dk, T, k, qs, 1, kT, C, 0.0f, A, C, /*x_lower=*/false, /*c_lower=*/true);
+  gdn::MatMul(d, T, dk, T_pad, q, qs, 1, kT, C, 0.0f, Aqk, C, /*x_lower=*/false, /*c_lower=*/true);
+  gdn::MatMul(d, T, dk, T_pad, k, qs, 1, kT, C, 0.0f, A, C, /*x_lower=*/false, /*c_lower=*/true);
   for (size_t i = 0; i < T; ++i) {
     for (size_t j = 0; j < i; ++j) {
       const float decay = std::exp(gamma[i] - gamma[j]);
@@ -359,13 +368,18 @@ inline void GatedDeltaRuleChunkImpl(float* HWY_RESTRICT S, const float* HWY_REST
   //   -W = Tm @ nkbg   = nkbg + A @ nkbg           -> nW
   std::copy(vb, vb + T * dv, v_new);
   std::copy(nkbg, nkbg + T * dk, nW);
-  gdn::MatMul(d, T, T, dv, A, C, 1, vb, dv, 1.0f, v_new, dv, /*x_lower=*/true, false);
-  gdn::MatMul(d, T, T, dk, A, C, 1, nkbg, dk, 1.0f, nW, dk, /*x_lower=*/true, false);
+  gdn::MatMul(d, T, T, dv, A, C, 1, vb, dv, 1.0f, v_new, dv, /*x_lower=*/true,
+              /*c_lower=*/false);
+  gdn::MatMul(d, T, T, dk, A, C, 1, nkbg, dk, 1.0f, nW, dk, /*x_lower=*/true,
+              /*c_lower=*/false);
 
   // v_new = U - W @ S; out = qg @ S + Aqk @ v_new (S still the state before this chunk).
-  gdn::MatMul(d, T, dk, dv, nW, dk, 1, S, dv, 1.0f, v_new, dv, false, false);
-  gdn::MatMul(d, T, dk, dv, qg, dk, 1, S, dv, 0.0f, out, os, false, false);
-  gdn::MatMul(d, T, T, dv, Aqk, C, 1, v_new, dv, 1.0f, out, os, /*x_lower=*/true, false);
+  gdn::MatMul(d, T, dk, dv, nW, dk, 1, S, dv, 1.0f, v_new, dv, /*x_lower=*/false,
+              /*c_lower=*/false);
+  gdn::MatMul(d, T, dk, dv, qg, dk, 1, S, dv, 0.0f, out, os, /*x_lower=*/false,
+              /*c_lower=*/false);
+  gdn::MatMul(d, T, T, dv, Aqk, C, 1, v_new, dv, 1.0f, out, os, /*x_lower=*/true,
+              /*c_lower=*/false);
 
   // S = exp(g_last) * S + (k * exp(g_last - gamma))^T @ v_new, with kT scaled in place to
   // (k * exp(g_last - gamma))^T: [dk][T].
@@ -373,7 +387,8 @@ inline void GatedDeltaRuleChunkImpl(float* HWY_RESTRICT S, const float* HWY_REST
     const float f = std::exp(g_last - gamma[t]);
     for (size_t r = 0; r < dk; ++r) kT[r * C + t] *= f;
   }
-  gdn::MatMul(d, dk, T, dv, kT, C, 1, v_new, dv, std::exp(g_last), S, dv, false, false);
+  gdn::MatMul(d, dk, T, dv, kT, C, 1, v_new, dv, std::exp(g_last), S, dv,
+              /*x_lower=*/false, /*c_lower=*/false);
 }
 
 }  // namespace moeserve::kernels::HWY_NAMESPACE

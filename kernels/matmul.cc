@@ -27,9 +27,10 @@ HWY_EXPORT(MatMulRangeImpl);
 
 namespace {
 
-// Per-thread ranges of n start at multiples of the kernel's row tile (kTileRows in matmul-inl.h),
-// so only the range that ends at N can end in a partial tile. Results do not depend on it.
-constexpr int64_t kRowAlign = 4;
+// Per-thread ranges of n start at multiples of the kernel's largest row tile (kMaxTileRows in
+// matmul-inl.h), so only the range that ends at N can end in a partial tile. Results do not
+// depend on it: the split only decides which thread computes an output.
+constexpr int64_t kRowAlign = 8;
 
 // Checks what both entry points need: W is a contiguous [N, K] matrix of bf16 or f32, x rows hold
 // at least K floats and y rows at least N (so rows never overlap).

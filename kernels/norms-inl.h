@@ -87,8 +87,8 @@ inline void RmsNormImpl(const float* x, const float* HWY_RESTRICT w, float eps, 
 }
 
 // y = x * rsqrt(mean(x^2) + eps) * w * silu(z), in FLA's fused order ((x * r) * w) * silu(z).
-inline void RmsNormGatedImpl(const float* x, const float* z, const float* HWY_RESTRICT w,
-                             float eps, float* y, size_t n) {
+inline void RmsNormGatedImpl(const float* x, const float* z, const float* HWY_RESTRICT w, float eps,
+                             float* y, size_t n) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   const double mean_sq = static_cast<double>(vecops::SumOfSquares(d, x, n)) / n;

@@ -30,8 +30,7 @@ void RmsNorm(const float* x, const float* w, float eps, float* y, int64_t n) {
   HWY_DYNAMIC_DISPATCH(RmsNormImpl)(x, w, eps, y, static_cast<size_t>(n));
 }
 
-void RmsNormGated(const float* x, const float* z, const float* w, float eps, float* y,
-                  int64_t n) {
+void RmsNormGated(const float* x, const float* z, const float* w, float eps, float* y, int64_t n) {
   CHECK_GE(n, 0);
   if (n == 0) return;
   HWY_DYNAMIC_DISPATCH(RmsNormGatedImpl)(x, z, w, eps, y, static_cast<size_t>(n));

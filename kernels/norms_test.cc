@@ -56,8 +56,8 @@ void ExpectClose(const float* got, const float* want, size_t n, double rel, doub
   for (size_t i = 0; i < n; ++i) {
     const double tol = rel * std::fabs(static_cast<double>(want[i])) + abs;
     if (!(std::fabs(static_cast<double>(got[i]) - want[i]) <= tol)) {
-      ADD_FAILURE() << what << " target=" << hwy::TargetName(HWY_TARGET) << " n=" << n
-                    << " i=" << i << " got=" << got[i] << " want=" << want[i];
+      ADD_FAILURE() << what << " target=" << hwy::TargetName(HWY_TARGET) << " n=" << n << " i=" << i
+                    << " got=" << got[i] << " want=" << want[i];
       return;
     }
   }

@@ -39,16 +39,17 @@ void RopeCosSin(int64_t position, double theta, int64_t rotary_dim, float* cos, 
   }
 }
 
-void ApplyRope(float* x, int64_t num_heads, int64_t head_dim, int64_t rotary_dim,
-               const float* cos, const float* sin) {
+void ApplyRope(float* x, int64_t num_heads, int64_t head_dim, int64_t rotary_dim, const float* cos,
+               const float* sin) {
   CHECK_GE(num_heads, 0);
   CHECK_GE(rotary_dim, 0);
   CHECK_LE(rotary_dim, head_dim);
   CHECK_EQ(rotary_dim % 2, 0) << "rotary_dim must be even";
   if (num_heads == 0 || rotary_dim == 0) return;
-  HWY_DYNAMIC_DISPATCH(ApplyRopeImpl)(x, static_cast<size_t>(num_heads),
-                                      static_cast<size_t>(head_dim),
-                                      static_cast<size_t>(rotary_dim), cos, sin);
+  const auto heads = static_cast<size_t>(num_heads);
+  const auto dim = static_cast<size_t>(head_dim);
+  const auto rotary = static_cast<size_t>(rotary_dim);
+  HWY_DYNAMIC_DISPATCH(ApplyRopeImpl)(x, heads, dim, rotary, cos, sin);
 }
 
 }  // namespace moeserve::kernels

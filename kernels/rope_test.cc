@@ -56,11 +56,10 @@ void CheckShape(const RopeShape& s, int64_t position, double theta, std::mt19937
   ref::ApplyRope(want.data(), static_cast<int64_t>(s.num_heads), static_cast<int64_t>(s.head_dim),
                  static_cast<int64_t>(s.rotary_dim), cos.data(), sin.data());
 
-  const std::string where = std::string(hwy::TargetName(HWY_TARGET)) +
-                            " heads=" + std::to_string(s.num_heads) +
-                            " head_dim=" + std::to_string(s.head_dim) +
-                            " rotary_dim=" + std::to_string(s.rotary_dim) +
-                            " pos=" + std::to_string(position);
+  const std::string where =
+      std::string(hwy::TargetName(HWY_TARGET)) + " heads=" + std::to_string(s.num_heads) +
+      " head_dim=" + std::to_string(s.head_dim) + " rotary_dim=" + std::to_string(s.rotary_dim) +
+      " pos=" + std::to_string(position);
   for (size_t h = 0; h < s.num_heads; ++h) {
     const float* in = original.data() + h * s.head_dim;
     for (size_t d = 0; d < s.head_dim; ++d) {
@@ -82,9 +81,9 @@ void CheckShape(const RopeShape& s, int64_t position, double theta, std::mt19937
 HWY_NOINLINE void TestApplyRopeMatchesRef() {
   std::mt19937 rng(1);
   // The models' shapes: 256-dim heads with 64 rotary dims (Qwen3-Next), full rotation.
-  for (const RopeShape& s : {RopeShape{16, 256, 64}, RopeShape{2, 256, 64},
-                             RopeShape{32, 128, 128}, RopeShape{1, 2048, 2048},
-                             RopeShape{1, 4096, 4096}, RopeShape{3, 4096, 2048}}) {
+  for (const RopeShape& s :
+       {RopeShape{16, 256, 64}, RopeShape{2, 256, 64}, RopeShape{32, 128, 128},
+        RopeShape{1, 2048, 2048}, RopeShape{1, 4096, 4096}, RopeShape{3, 4096, 2048}}) {
     for (int64_t pos : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{4095}, int64_t{262143}}) {
       CheckShape(s, pos, 1e7, rng);
     }

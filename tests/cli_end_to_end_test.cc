@@ -228,6 +228,61 @@ TEST_F(CliTest, RuntimeFailuresExit1NamingTheProblem) {
   EXPECT_NE(r.err.find("model.embed_tokens.weight"), std::string::npos) << r.err;
 }
 
+// logits and generate on the independent tiny Qwen3-Next golden model.
+TEST_F(CliTest, LogitsGenerateAndActivationDumpOnTheGoldenModel) {
+  const std::string tiny = MOESERVE_SHARED_DIR "/testdata/tiny-qwen3next";
+  const json golden = json::parse(ReadFile(tiny + "/golden.json"));
+  const json& prompt = golden["prompts"][0];
+  std::string ids;
+  for (const json& id : prompt["token_ids"]) ids += (ids.empty() ? "" : ",") + id.dump();
+  const fs::path out = Dir("logits.f32"), dump = Dir("dump");
+
+  CommandResult r = Run(fmt::format("logits --model {} --token-ids {} --all-positions --mtp "
+                                    "--out {} --dump-activations {}",
+                                    tiny, ids, out.string(), dump.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string mine = ReadFile(out), theirs = ReadFile(tiny + "/logits_prompt10.f32");
+  ASSERT_EQ(mine.size(), theirs.size());
+  const float* a = reinterpret_cast<const float*>(mine.data());
+  const float* b = reinterpret_cast<const float*>(theirs.data());
+  for (size_t i = 0; i < mine.size() / 4; ++i) EXPECT_NEAR(a[i], b[i], 1e-3) << i;
+  EXPECT_EQ(ReadFile(out.string() + ".mtp").size(),
+            ReadFile(tiny + "/logits_mtp_prompt10.f32").size());
+  // The dump: an index line per intermediate and its file, [rows, cols] f32.
+  const std::string index = ReadFile(dump / "index.jsonl");
+  EXPECT_NE(index.find("\"file\": \"L00.input_norm.f32\""), std::string::npos) << index;
+  EXPECT_NE(index.find("router_probs"), std::string::npos);
+  EXPECT_NE(index.find("mtp.L04.attn_out.f32"), std::string::npos);
+  EXPECT_EQ(ReadFile(dump / "L03.attn_out.f32").size(), 10u * 256u * 4u);
+
+  r = Run(fmt::format("generate --model {} --token-ids {} --max-tokens 16 --ignore-eos --json",
+                      tiny, ids));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json generated = json::parse(r.out)["requests"][0];
+  EXPECT_EQ(generated["token_ids"], prompt["greedy_continuation"]);
+  EXPECT_EQ(generated["finish_reason"], "length");
+  EXPECT_EQ(generated["num_prompt_tokens"], 10);
+
+  r = Run(fmt::format("bench latency --model {} --input-len 20 --output-len 5 --json {}", tiny,
+                      Dir("bench.json").string()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json bench = json::parse(ReadFile(Dir("bench.json")));
+  EXPECT_GT(bench["bandwidth_gbs"].get<double>(), 0.0);
+  EXPECT_GT(bench["runs"][0]["tpot_ms"].get<double>(), 0.0);
+  EXPECT_GT(bench["runs"][0]["roofline_ratio"].get<double>(), 0.0);
+  EXPECT_NE(r.out.find("roofline"), std::string::npos);
+
+  for (const std::string& bad : {std::string("--token-ids 1,x"), std::string("--token-ids 512"),
+                                 std::string("--token-ids 1 --weight-dtype f16"),
+                                 std::string("--token-ids 1 --max-tokens 0")}) {
+    r = Run(fmt::format("generate --model {} {}", tiny, bad));
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << bad << ": " << r.err;
+  }
+  r = Run("logits --model /nonexistent --token-ids 1 --out " + out.string());
+  EXPECT_EQ(r.exit_code, 1);
+}
+
 TEST_F(CliTest, HelpAndVersion) {
   CommandResult r = Run("--help");
   EXPECT_EQ(r.exit_code, 0);

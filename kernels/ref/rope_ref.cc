@@ -6,8 +6,8 @@
 
 namespace moeserve::kernels::ref {
 
-void ApplyRope(float* x, int64_t num_heads, int64_t head_dim, int64_t rotary_dim,
-               const float* cos, const float* sin) {
+void ApplyRope(float* x, int64_t num_heads, int64_t head_dim, int64_t rotary_dim, const float* cos,
+               const float* sin) {
   CHECK_GE(num_heads, 0);
   CHECK_GE(rotary_dim, 0);
   CHECK_LE(rotary_dim, head_dim);
