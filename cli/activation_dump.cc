@@ -17,6 +17,14 @@ Result<std::unique_ptr<ActivationDump>> ActivationDump::Create(const std::string
   return std::unique_ptr<ActivationDump>(new ActivationDump(dir, index));
 }
 
+Result<std::unique_ptr<ActivationDump>> ActivationDump::AttachTo(model::CausalLm& lm,
+                                                                 const std::string& dir) {
+  if (dir.empty()) return std::unique_ptr<ActivationDump>();
+  ASSIGN_OR_RETURN(std::unique_ptr<ActivationDump> dump, Create(dir));
+  lm.set_activation_tap(dump->Tap());
+  return dump;
+}
+
 ActivationDump::~ActivationDump() { std::fclose(index_); }
 
 model::ActivationTap ActivationDump::Tap() {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "model/causal_lm.h"
 #include "model/layers.h"
 
 namespace moeserve::cli {
@@ -16,6 +17,9 @@ namespace moeserve::cli {
 class ActivationDump {
  public:
   static Result<std::unique_ptr<ActivationDump>> Create(const std::string& dir);
+  // Creates a dump in `dir` and sets it as lm's activation tap; nullptr when dir is empty.
+  static Result<std::unique_ptr<ActivationDump>> AttachTo(model::CausalLm& lm,
+                                                          const std::string& dir);
   ~ActivationDump();
 
   // Names written from now on start with `prefix` (e.g. "step3.").

@@ -2,7 +2,6 @@
 // memory-bandwidth roofline measured in the same run (CLI.md).
 #include <algorithm>
 #include <cstdio>
-#include <numeric>
 #include <random>
 
 #include <fmt/format.h>
@@ -37,25 +36,19 @@ struct RunResult {
 // One sequence: prefill input_len random tokens, then output_len greedy decode steps.
 RunResult RunOnce(model::CausalLm& lm, const Options& o, double roofline_tok_s) {
   const io::ModelConfig& c = lm.config();
-  const int64_t total = o.input_len + o.output_len;
-  model::CacheSizes sizes;
-  sizes.num_blocks = (total + sizes.block_size - 1) / sizes.block_size;
-  model::ModelCache cache(c, sizes);
-  cache.ResetSlot(0);
-  std::vector<int32_t> table(sizes.num_blocks);
-  std::iota(table.begin(), table.end(), 0);
+  SingleSequence seq(c, o.input_len + o.output_len);
   std::mt19937 rng(static_cast<uint32_t>(o.seed));
   std::vector<int32_t> prompt(o.input_len);
   for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % c.vocab_size);
 
   std::vector<float> logits;
   Stopwatch watch;
-  lm.Forward({prompt.data(), o.input_len, 0, table.data(), 0}, cache, false, nullptr, &logits);
+  lm.Forward(seq.Input(prompt.data(), o.input_len, 0), seq.cache, false, nullptr, &logits);
   const double prefill_s = watch.ElapsedSeconds();
   int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   watch.Reset();
   for (int64_t i = 1; i < o.output_len; ++i) {
-    lm.Forward({&next, 1, o.input_len + i - 1, table.data(), 0}, cache, false, nullptr, &logits);
+    lm.Forward(seq.Input(&next, 1, o.input_len + i - 1), seq.cache, false, nullptr, &logits);
     next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
   const double decode_s = watch.ElapsedSeconds();

@@ -2,7 +2,6 @@
 // text prompts arrive with the engine, sampling and tokenizer work).
 #include <algorithm>
 #include <cstdio>
-#include <numeric>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -44,22 +43,12 @@ int Run(const Options& o) {
                                                 "max_position_embeddings {}",
                                                 total, c.max_position_embeddings));
   }
-  std::unique_ptr<ActivationDump> dump;
-  if (!o.dump_activations.empty()) {
-    Result<std::unique_ptr<ActivationDump>> created = ActivationDump::Create(o.dump_activations);
-    if (!created.ok()) return RuntimeError(kCommand, created.status());
-    dump = std::move(*created);
-    lm.set_activation_tap(dump->Tap());
-  }
+  Result<std::unique_ptr<ActivationDump>> attached =
+      ActivationDump::AttachTo(lm, o.dump_activations);
+  if (!attached.ok()) return RuntimeError(kCommand, attached.status());
+  std::unique_ptr<ActivationDump> dump = std::move(*attached);
 
-  model::CacheSizes sizes;
-  sizes.num_blocks = (total + sizes.block_size - 1) / sizes.block_size;
-  model::ModelCache cache(c, sizes);
-  cache.ResetSlot(0);
-  std::vector<int32_t> table(sizes.num_blocks);
-  std::iota(table.begin(), table.end(), 0);
-
-  const int64_t V = c.vocab_size;
+  SingleSequence seq(c, total);
   std::vector<int32_t> generated;
   std::string finish_reason = "length";
   std::vector<float> logits;
@@ -71,7 +60,7 @@ int Run(const Options& o) {
   int64_t n = static_cast<int64_t>(prompt.size());
   while (static_cast<int64_t>(generated.size()) < o.max_tokens) {
     if (dump) dump->set_prefix(fmt::format("step{}.", generated.size()));
-    lm.Forward({input, n, pos, table.data(), 0}, cache, false, nullptr, &logits);
+    lm.Forward(seq.Input(input, n, pos), seq.cache, false, nullptr, &logits);
     pos += n;
     next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     if (generated.empty()) ttft_ms = watch.ElapsedMillis();
@@ -87,7 +76,6 @@ int Run(const Options& o) {
   const double total_ms = watch.ElapsedMillis();
   const double tpot_ms =
       generated.size() > 1 ? (total_ms - ttft_ms) / static_cast<double>(generated.size() - 1) : 0;
-  (void)V;
   if (dump && !dump->status().ok()) return RuntimeError(kCommand, dump->status());
 
   if (o.json) {

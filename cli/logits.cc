@@ -1,7 +1,6 @@
 // moeserve logits: runs token ids through the model and writes the logits (CLI.md).
 #include <algorithm>
 #include <cstdio>
-#include <numeric>
 
 #include "cli/activation_dump.h"
 #include "cli/commands.h"
@@ -40,23 +39,15 @@ int Run(const Options& o) {
   if (o.mtp && !lm.has_mtp()) {
     return UsageError(kCommand, InvalidArgument("--mtp: the model has no MTP head"));
   }
-  std::unique_ptr<ActivationDump> dump;
-  if (!o.dump_activations.empty()) {
-    Result<std::unique_ptr<ActivationDump>> created = ActivationDump::Create(o.dump_activations);
-    if (!created.ok()) return RuntimeError(kCommand, created.status());
-    dump = std::move(*created);
-    lm.set_activation_tap(dump->Tap());
-  }
+  Result<std::unique_ptr<ActivationDump>> attached =
+      ActivationDump::AttachTo(lm, o.dump_activations);
+  if (!attached.ok()) return RuntimeError(kCommand, attached.status());
+  std::unique_ptr<ActivationDump> dump = std::move(*attached);
 
   const int64_t T = static_cast<int64_t>(tokens.size()), V = c.vocab_size;
-  model::CacheSizes sizes;
-  sizes.num_blocks = (T + 1 + sizes.block_size - 1) / sizes.block_size;
-  model::ModelCache cache(c, sizes);
-  cache.ResetSlot(0);
-  std::vector<int32_t> table(sizes.num_blocks);
-  std::iota(table.begin(), table.end(), 0);
+  SingleSequence seq(c, T);
   std::vector<float> hidden, logits;
-  lm.Forward({tokens.data(), T, 0, table.data(), 0}, cache, o.all_positions, &hidden, &logits);
+  lm.Forward(seq.Input(tokens.data(), T, 0), seq.cache, o.all_positions, &hidden, &logits);
   Status s = WriteF32File(o.out, logits.data(), logits.size());
   if (!s.ok()) return RuntimeError(kCommand, s);
 
@@ -67,7 +58,8 @@ int Run(const Options& o) {
     next.push_back(Argmax(logits.data() + logits.size() - V, V));
     if (dump) dump->set_prefix("mtp.");
     std::vector<float> mtp_logits;
-    lm.MtpForward(hidden.data(), next.data(), T, 0, table.data(), cache, nullptr, &mtp_logits);
+    lm.MtpForward(hidden.data(), next.data(), T, 0, seq.block_table.data(), seq.cache, nullptr,
+                  &mtp_logits);
     const int64_t first_row = o.all_positions ? 0 : T - 1;
     s = WriteF32File(o.out + ".mtp", mtp_logits.data() + first_row * V, (T - first_row) * V);
     if (!s.ok()) return RuntimeError(kCommand, s);

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <numeric>
 
 #include "cli/commands.h"
 #include "core/log.h"
@@ -46,6 +47,23 @@ Result<std::unique_ptr<model::CausalLm>> ModelFlags::Load() const {
   LogDebug("loaded {} ({}, {} weights) in {:.2f} s", dir, (*lm)->config().architecture_name,
           DTypeName((*lm)->weights().matrix_dtype), watch.ElapsedSeconds());
   return lm;
+}
+
+namespace {
+
+model::CacheSizes SingleSequenceSizes(int64_t max_positions) {
+  model::CacheSizes sizes;
+  sizes.num_blocks = (max_positions + sizes.block_size - 1) / sizes.block_size;
+  return sizes;
+}
+
+}  // namespace
+
+SingleSequence::SingleSequence(const io::ModelConfig& config, int64_t max_positions)
+    : cache(config, SingleSequenceSizes(max_positions)),
+      block_table(cache.sizes().num_blocks) {
+  std::iota(block_table.begin(), block_table.end(), 0);
+  cache.ResetSlot(0);
 }
 
 Result<std::vector<int32_t>> ParseTokenIds(const std::string& text, int64_t vocab_size) {

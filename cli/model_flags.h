@@ -25,6 +25,18 @@ struct ModelFlags {
   Result<std::unique_ptr<model::CausalLm>> Load() const;
 };
 
+// The cache of one sequence for the subcommands that run a single prompt: enough KV blocks for
+// max_positions, an identity block table, GDN state slot 0 zeroed.
+struct SingleSequence {
+  SingleSequence(const io::ModelConfig& config, int64_t max_positions);
+  // The input for `n` new tokens at `first_pos`.
+  model::SequenceInput Input(const int32_t* tokens, int64_t n, int64_t first_pos) const {
+    return {tokens, n, first_pos, block_table.data(), 0};
+  }
+  model::ModelCache cache;
+  std::vector<int32_t> block_table;
+};
+
 // Parses "1,2,3" into token ids, each in [0, vocab_size).
 Result<std::vector<int32_t>> ParseTokenIds(const std::string& text, int64_t vocab_size);
 
