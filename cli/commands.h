@@ -16,6 +16,8 @@ int RunInspect(const std::vector<std::string>& args);
 int RunLogits(const std::vector<std::string>& args);
 int RunGenerate(const std::vector<std::string>& args);
 int RunBench(const std::vector<std::string>& args);
+int RunTokenize(const std::vector<std::string>& args);
+int RunDetokenize(const std::vector<std::string>& args);
 
 // The model folder used when --model is omitted: $MOESERVE_MODEL, else the build's default.
 std::string DefaultModelDir();

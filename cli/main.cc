@@ -22,7 +22,9 @@ constexpr Subcommand kSubcommands[] = {
      &RunInspect},
     {"logits", "run token ids through a model and write the logits (and MTP draft logits)",
      &RunLogits},
-    {"generate", "greedy generation from prompt token ids", &RunGenerate},
+    {"tokenize", "text to token ids (and chats rendered with the chat template)", &RunTokenize},
+    {"detokenize", "token ids to text", &RunDetokenize},
+    {"generate", "greedy generation for one prompt (text or token ids)", &RunGenerate},
     {"bench", "benchmarks: 'bench latency' (in-process decode / prefill vs the roofline)",
      &RunBench},
 };

@@ -27,20 +27,23 @@ Status ModelFlags::Validate() const {
   return OkStatus();
 }
 
+Result<std::string> ModelFlags::Dir() const {
+  if (!model.empty()) return model;
+  std::string dir = DefaultModelDir();
+  if (!std::filesystem::exists(dir + "/config.json")) {
+    return NotFound("no default model at {} (scripts/run.sh creates it, or: moeserve make-model "
+                    "--preset small --out {})",
+                    dir, dir);
+  }
+  return dir;
+}
+
 Result<std::unique_ptr<model::CausalLm>> ModelFlags::Load() const {
   RETURN_IF_ERROR(Validate());
   model::LoadOptions options;
   if (!weight_dtype.empty()) options.weight_dtype = ParseDTypeName(weight_dtype);
   options.threads = static_cast<size_t>(threads);
-  std::string dir = model;
-  if (dir.empty()) {
-    dir = DefaultModelDir();
-    if (!std::filesystem::exists(dir + "/config.json")) {
-      return NotFound("no default model at {} (scripts/run.sh creates it, or: moeserve "
-                      "make-model --preset small --out {})",
-                      dir, dir);
-    }
-  }
+  ASSIGN_OR_RETURN(const std::string dir, Dir());
   Stopwatch watch;
   Result<std::unique_ptr<model::CausalLm>> lm = model::CausalLm::Load(dir, options);
   if (!lm.ok()) return lm.status();

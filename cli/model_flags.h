@@ -21,6 +21,8 @@ struct ModelFlags {
   void Register(FlagSet& flags);
   // Checks the flag values (a usage error names the flag).
   Status Validate() const;
+  // The model folder: --model, else the default model's (NotFound when that does not exist).
+  Result<std::string> Dir() const;
   // Loads the model (after Validate), logging what was loaded and how long it took.
   Result<std::unique_ptr<model::CausalLm>> Load() const;
 };

@@ -9,3 +9,4 @@ find_package(GTest REQUIRED)                    # libgtest-dev
 find_package(benchmark REQUIRED)                # libbenchmark-dev
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)   # libpcre2-dev (tokenizer)
 find_package(MPI COMPONENTS CXX)                # libopenmpi-dev (parallel, optional for now)
+pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)  # libutf8proc-dev (NFC)

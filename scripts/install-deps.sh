@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   g++ cmake ninja-build pkg-config        # toolchain
+  clang-14 libclang-rt-14-dev             # libFuzzer targets (the fuzz preset)
   libhwy-dev                              # Highway: SIMD with dynamic dispatch
   nlohmann-json3-dev libfmt-dev           # JSON, formatting
   libgtest-dev libbenchmark-dev           # tests, benchmarks

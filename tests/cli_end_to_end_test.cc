@@ -283,6 +283,49 @@ TEST_F(CliTest, LogitsGenerateAndActivationDumpOnTheGoldenModel) {
   EXPECT_EQ(r.exit_code, 1);
 }
 
+// tokenize / detokenize with the real Qwen3 tokenizer (a folder with only tokenizer files), and
+// the chat goldens through --chat-file.
+TEST_F(CliTest, TokenizeDetokenizeAndChatFile) {
+  const std::string qwen = MOESERVE_SHARED_DIR "/testdata/qwen3-tokenizer";
+  CommandResult r = Run("tokenize --model " + qwen + " --text 'Hello world' --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["ids"], json::parse("[9707, 1879]"));
+  r = Run("detokenize --model " + qwen + " --ids 151644,9707,1879,151645 --no-special");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "Hello world\n");
+
+  r = Run("tokenize --model " + qwen + " --chat-file " + qwen + "/chat_cases.jsonl");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream got(r.out), want(ReadFile(qwen + "/chat_cases.jsonl"));
+  std::string got_line, want_line;
+  int cases = 0;
+  while (std::getline(want, want_line)) {
+    ASSERT_TRUE(std::getline(got, got_line)) << cases;
+    const json g = json::parse(got_line), w = json::parse(want_line);
+    EXPECT_EQ(g["text"], w["rendered"]) << w["id"];
+    EXPECT_EQ(g["ids"], w["ids"]) << w["id"];
+    ++cases;
+  }
+  EXPECT_EQ(cases, 15);
+  r = Run("tokenize --model " + qwen + " --chat-template " + qwen +
+          "/chat_template_qwen3_next_thinking.jinja --chat-file " + qwen +
+          "/chat_cases_qwen3_next_thinking.jsonl");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream got2(r.out), want2(ReadFile(qwen + "/chat_cases_qwen3_next_thinking.jsonl"));
+  cases = 0;
+  while (std::getline(want2, want_line) && std::getline(got2, got_line)) {
+    EXPECT_EQ(json::parse(got_line)["ids"], json::parse(want_line)["ids"]);
+    ++cases;
+  }
+  EXPECT_EQ(cases, 3);
+
+  r = Run("tokenize --model /nonexistent --text hi");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("/nonexistent"), std::string::npos) << r.err;
+  r = Run("detokenize --model " + qwen + " --ids 1,x");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+}
+
 TEST_F(CliTest, HelpAndVersion) {
   CommandResult r = Run("--help");
   EXPECT_EQ(r.exit_code, 0);
