@@ -183,8 +183,8 @@ struct CondExpr : Expr {
 struct Target {
   enum class Kind { kName, kTuple, kNamespaceAttr };
   Kind kind = Kind::kName;
-  std::string name;  // kName; the namespace variable for kNamespaceAttr
-  std::string attr;  // kNamespaceAttr
+  std::string name;           // kName; the namespace variable for kNamespaceAttr
+  std::string attr;           // kNamespaceAttr
   std::vector<Target> items;  // kTuple
 };
 

@@ -2,12 +2,12 @@
 // Filters are in filters.cc, str/dict/list methods in methods.cc.
 #include "tokenizer/jinja/builtins.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <ctime>
 #include <string>
 #include <unordered_map>
-
-#include <fmt/format.h>
 
 #include "tokenizer/jinja/interpreter.h"
 #include "tokenizer/jinja/operators.h"
@@ -27,10 +27,10 @@ Result<bool> NoArgs(std::string_view name, CallArgs& args) {
   return true;
 }
 
-#define SIMPLE_TEST(fn_name, test_name, expr)                                 \
-  Result<bool> fn_name(Interpreter&, const Value& v, CallArgs& args) {        \
-    RETURN_IF_ERROR(NoArgs(test_name, args).status());                        \
-    return (expr);                                                            \
+#define SIMPLE_TEST(fn_name, test_name, expr)                          \
+  Result<bool> fn_name(Interpreter&, const Value& v, CallArgs& args) { \
+    RETURN_IF_ERROR(NoArgs(test_name, args).status());                 \
+    return (expr);                                                     \
   }
 
 SIMPLE_TEST(TestDefined, "defined", !v.is_undefined())
@@ -52,9 +52,9 @@ SIMPLE_TEST(TestIterable, "iterable",
 // __getitem__ raises but exists); dict views have no __getitem__.
 SIMPLE_TEST(TestSequence, "sequence",
             v.is_string() || v.is_dict() || v.is_undefined() ||
-                (v.is_list() && (v.AsList().kind == ListKind::kList ||
-                                 v.AsList().kind == ListKind::kTuple ||
-                                 v.AsList().kind == ListKind::kRange)))
+                (v.is_list() &&
+                 (v.AsList().kind == ListKind::kList || v.AsList().kind == ListKind::kTuple ||
+                  v.AsList().kind == ListKind::kRange)))
 // Undefined and LoopContext define __call__ in Jinja.
 SIMPLE_TEST(TestCallable, "callable", v.is_callable() || v.is_undefined() || v.is_loop())
 SIMPLE_TEST(TestLower, "lower", PyIsLower(ToStr(v)))
@@ -91,11 +91,14 @@ Result<bool> TestSameAs(Interpreter&, const Value& v, CallArgs& args) {
   if (v.kind() != other.kind()) return false;
   switch (v.kind()) {
     case Value::Kind::kNone:
-    case Value::Kind::kUndefined: return true;
+    case Value::Kind::kUndefined:
+      return true;
     case Value::Kind::kBool:
     case Value::Kind::kInt:
-    case Value::Kind::kFloat: return Equals(v, other);
-    default: return v.Identity() == other.Identity();
+    case Value::Kind::kFloat:
+      return Equals(v, other);
+    default:
+      return v.Identity() == other.Identity();
   }
 }
 
@@ -266,12 +269,12 @@ Result<Value> GlobalStrftimeNow(Interpreter&, CallArgs& args) {
 }  // namespace
 
 Result<std::vector<std::optional<Value>>> BindArgs(std::string_view function, CallArgs& args,
-                                                  std::initializer_list<std::string_view> params,
-                                                  size_t required) {
+                                                   std::initializer_list<std::string_view> params,
+                                                   size_t required) {
   std::vector<std::optional<Value>> bound(params.size());
   if (args.positional.size() > params.size()) {
-    return InvalidArgument("{}() takes at most {} argument(s) ({} given)", function,
-                           params.size(), args.positional.size());
+    return InvalidArgument("{}() takes at most {} argument(s) ({} given)", function, params.size(),
+                           args.positional.size());
   }
   for (size_t i = 0; i < args.positional.size(); ++i) bound[i] = std::move(args.positional[i]);
   for (auto& [name, value] : args.keyword) {
@@ -300,7 +303,8 @@ Result<std::vector<std::optional<Value>>> BindArgs(std::string_view function, Ca
 
 Result<std::vector<Value>> Iterate(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return std::vector<Value>{};
+    case Value::Kind::kUndefined:
+      return std::vector<Value>{};
     case Value::Kind::kList: {
       const List& list = v.AsList();
       if (list.kind != ListKind::kIterator) return list.items;
@@ -334,7 +338,8 @@ Result<std::vector<Value>> Iterate(const Value& v) {
 
 Result<bool> Contains(const Value& container, const Value& item) {
   switch (container.kind()) {
-    case Value::Kind::kUndefined: return false;
+    case Value::Kind::kUndefined:
+      return false;
     case Value::Kind::kString:
       if (!item.is_string()) {
         if (item.is_undefined()) return UndefinedError(item);

@@ -14,10 +14,14 @@ namespace moeserve::tokenizer::jinja {
 
 // nullptr when there is no such filter / test.
 FilterFn FindFilter(std::string_view name);
+// Jinja built-in filters this interpreter leaves out (groupby, urlize, wordwrap, ...): templates
+// using them are rejected with a message saying so rather than "no filter named".
+bool IsUnsupportedJinjaFilter(std::string_view name);
 TestFn FindTest(std::string_view name);
 
-// A global function (range, namespace, dict, raise_exception, strftime_now, cycler, joiner), or
-// nullopt.
+// A global function: range, dict, namespace (Jinja's) and raise_exception, strftime_now
+// (transformers'). nullopt for any other name; Jinja's cycler, joiner and lipsum are not provided,
+// so calling them fails as calling an undefined name.
 std::optional<Value> FindGlobal(std::string_view name);
 
 // `receiver.name` for a str, dict or list receiver when `name` is one of its methods: the bound
@@ -30,8 +34,8 @@ std::optional<Value> FindMethod(const Value& receiver, std::string_view name);
 // keyword. Parameters not given stay nullopt; fewer than `required` given, unknown keywords, too
 // many positionals or duplicates are errors that name `function`.
 Result<std::vector<std::optional<Value>>> BindArgs(std::string_view function, CallArgs& args,
-                                                  std::initializer_list<std::string_view> params,
-                                                  size_t required);
+                                                   std::initializer_list<std::string_view> params,
+                                                   size_t required);
 
 // Python iter(): list items, dict keys, str code points; Undefined iterates as empty.
 Result<std::vector<Value>> Iterate(const Value& v);

@@ -1,8 +1,8 @@
 #include "tokenizer/jinja/interpreter.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/operators.h"
@@ -19,9 +19,7 @@ constexpr int kMaxDepth = 600;
 // only stops runaway templates (nested range(100000) loops).
 constexpr int64_t kMaxSteps = 20'000'000;
 
-Status TooDeep() {
-  return InvalidArgument("template recursion deeper than {} levels", kMaxDepth);
-}
+Status TooDeep() { return InvalidArgument("template recursion deeper than {} levels", kMaxDepth); }
 
 }  // namespace
 
@@ -75,11 +73,16 @@ Result<std::string> Interpreter::Render(const Body& body,
     if (ScopePtr scope = weak.lock()) scope->vars.clear();
   }
   closure_scopes_.clear();
+  closure_scopes_pruned_size_ = 0;
+  for (const auto& weak : assigned_namespaces_) {
+    if (std::shared_ptr<Namespace> ns = weak.lock()) ns->attrs = Dict();
+  }
+  assigned_namespaces_.clear();
   root->vars.clear();
   out_ = nullptr;
   if (!status.ok()) {
-    return Status(status.code(), fmt::format("template error at line {}: {}", line_,
-                                             status.message()));
+    return Status(status.code(),
+                  fmt::format("template error at line {}: {}", line_, status.message()));
   }
   return out;
 }
@@ -160,6 +163,7 @@ Status Interpreter::Exec(const Stmt& stmt, const ScopePtr& scope) {
       const Value input = Value::String(std::move(text));
       ASSIGN_OR_RETURN(Value v,
                        EvalFilter(static_cast<const FilterExpr&>(*s.filter), scope, &input));
+      RETURN_IF_ERROR(CheckPrintable(v));
       return Append(ToStr(v));
     }
     case StmtKind::kWith: {
@@ -218,13 +222,16 @@ Status Interpreter::ExecFor(const ForStmt& stmt, const ScopePtr& scope) {
     info.index0 = static_cast<int64_t>(i);
     info.changed_state = changed_state;
     frame->Set("loop", Value::MakeLoop(std::move(info)));
-    RETURN_IF_ERROR(ExecBody(stmt.body, frame));
-    if (flow_ == Flow::kBreak) {
+    const Status status = ExecBody(stmt.body, frame);
+    if (!status.ok() || flow_ == Flow::kBreak) {
       flow_ = Flow::kNormal;
-      break;
+      changed_state->reset();
+      return status;
     }
     flow_ = Flow::kNormal;
   }
+  // loop.changed(loop) would keep the loop's state alive through itself.
+  changed_state->reset();
   return OkStatus();
 }
 
@@ -249,6 +256,10 @@ Status Interpreter::Assign(const Target& target, const Value& value, const Scope
       // ({% set ns.x = [ns.x] %}), so this is where nesting is bounded.
       if (value.Depth() > kMaxValueDepth) {
         return InvalidArgument("value nested more than {} levels deep", kMaxValueDepth);
+      }
+      if (!ns.AsNamespace()->tracked) {
+        ns.AsNamespace()->tracked = true;
+        assigned_namespaces_.push_back(ns.AsNamespace());
       }
       ns.AsNamespace()->attrs.Set(Value::String(target.attr), value);
       return OkStatus();
@@ -453,10 +464,10 @@ Result<Value> Interpreter::EvalSlice(const Value& object, const SliceExpr& slice
   // jinja2 compiles slices to plain Python subscription (no getitem fallback to Undefined), so
   // slicing anything but a sequence is an error.
   if (object.is_undefined()) return UndefinedError(object);
-  const bool sliceable = object.is_string() ||
-                         (object.is_list() && (object.AsList().kind == ListKind::kList ||
-                                               object.AsList().kind == ListKind::kTuple ||
-                                               object.AsList().kind == ListKind::kRange));
+  const bool sliceable =
+      object.is_string() || (object.is_list() && (object.AsList().kind == ListKind::kList ||
+                                                  object.AsList().kind == ListKind::kTuple ||
+                                                  object.AsList().kind == ListKind::kRange));
   if (object.is_dict()) return InvalidArgument("unhashable type: 'slice'");
   if (!sliceable) return InvalidArgument("'{}' object is not subscriptable", TypeName(object));
   const int64_t step = bounds[2].value_or(1);
@@ -467,16 +478,16 @@ Result<Value> Interpreter::EvalSlice(const Value& object, const SliceExpr& slice
   if (object.is_string()) {
     const std::vector<char32_t> cps = ToCodePoints(object.AsString());
     int64_t start, stop;
-    const int64_t n = AdjustSlice(static_cast<int64_t>(cps.size()), bounds[0], bounds[1], step,
-                                  &start, &stop);
+    const int64_t n =
+        AdjustSlice(static_cast<int64_t>(cps.size()), bounds[0], bounds[1], step, &start, &stop);
     std::string out;
     for (int64_t i = 0, at = start; i < n; ++i, at += step) AppendUtf8(cps[at], &out);
     return Value::String(std::move(out), object.is_markup());
   }
   const List& list = object.AsList();
   int64_t start, stop;
-  const int64_t n = AdjustSlice(static_cast<int64_t>(list.items.size()), bounds[0], bounds[1],
-                                step, &start, &stop);
+  const int64_t n = AdjustSlice(static_cast<int64_t>(list.items.size()), bounds[0], bounds[1], step,
+                                &start, &stop);
   auto result = std::make_shared<List>();
   result->kind = list.kind;
   result->items.reserve(static_cast<size_t>(n));
@@ -594,33 +605,45 @@ Value Interpreter::LoopAttribute(const Value& loop, std::string_view name) {
   }
   if (name == "cycle") {
     return Value::MakeCallable(
-        CallableKind::kMethod, "LoopContext.cycle", [i](Interpreter&, CallArgs& args) -> Result<Value> {
-          if (!args.keyword.empty()) return InvalidArgument("loop.cycle() takes no keyword arguments");
+        CallableKind::kMethod, "LoopContext.cycle",
+        [i](Interpreter&, CallArgs& args) -> Result<Value> {
+          if (!args.keyword.empty())
+            return InvalidArgument("loop.cycle() takes no keyword arguments");
           if (args.positional.empty()) return InvalidArgument("no items for cycling given");
           return args.positional[static_cast<size_t>(i) % args.positional.size()];
         });
   }
   if (name == "changed") {
     std::shared_ptr<std::optional<Value>> state = info.changed_state;
-    return Value::MakeCallable(
-        CallableKind::kMethod, "LoopContext.changed",
-        [state](Interpreter&, CallArgs& args) -> Result<Value> {
-          Value current = Value::MakeList(args.positional, ListKind::kTuple);
-          if (state->has_value() && Equals(**state, current)) return Value::Bool(false);
-          *state = std::move(current);
-          return Value::Bool(true);
-        });
+    return Value::MakeCallable(CallableKind::kMethod, "LoopContext.changed",
+                               [state](Interpreter&, CallArgs& args) -> Result<Value> {
+                                 Value current = Value::MakeList(args.positional, ListKind::kTuple);
+                                 if (state->has_value() && Equals(**state, current))
+                                   return Value::Bool(false);
+                                 *state = std::move(current);
+                                 return Value::Bool(true);
+                               });
   }
   return Value::Undefined(fmt::format("'{}' has no attribute '{}'", ObjectTypeRepr(loop), name));
 }
 
-Value Interpreter::MakeMacro(const MacroStmt& macro, const ScopePtr& scope) {
+void Interpreter::TrackClosureScope(const ScopePtr& scope) {
+  // Macros defined in a loop body register one frame per iteration; most frames are gone by the
+  // next registration, so dropping expired entries keeps the list as small as the live frames.
+  if (closure_scopes_.size() >= 2 * closure_scopes_pruned_size_ + 64) {
+    std::erase_if(closure_scopes_, [](const std::weak_ptr<Scope>& w) { return w.expired(); });
+    closure_scopes_pruned_size_ = closure_scopes_.size();
+  }
+  if (!closure_scopes_.empty() && closure_scopes_.back().lock() == scope) return;
   closure_scopes_.push_back(scope);
+}
+
+Value Interpreter::MakeMacro(const MacroStmt& macro, const ScopePtr& scope) {
+  TrackClosureScope(scope);
   const MacroStmt* m = &macro;
-  return Value::MakeCallable(CallableKind::kMacro, macro.name,
-                             [m, scope](Interpreter& in, CallArgs& args) {
-                               return in.CallMacro(*m, scope, args);
-                             });
+  return Value::MakeCallable(
+      CallableKind::kMacro, macro.name,
+      [m, scope](Interpreter& in, CallArgs& args) { return in.CallMacro(*m, scope, args); });
 }
 
 Result<Value> Interpreter::CallMacro(const MacroStmt& macro, const ScopePtr& closure,
@@ -676,7 +699,8 @@ Result<Value> Interpreter::CallMacro(const MacroStmt& macro, const ScopePtr& clo
     }
     frame->Set(name, std::move(v));
   }
-  if (macro.catch_varargs) frame->Set("varargs", Value::MakeList(std::move(varargs), ListKind::kTuple));
+  if (macro.catch_varargs)
+    frame->Set("varargs", Value::MakeList(std::move(varargs), ListKind::kTuple));
   if (macro.catch_kwargs) frame->Set("kwargs", Value::MakeDict(std::move(kwargs)));
   if (macro.uses_caller) {
     frame->Set("caller", caller.has_value() ? *caller : Value::Undefined("No caller defined"));

@@ -64,17 +64,21 @@ class Interpreter {
   Value Lookup(std::string_view name, const ScopePtr& scope) const;
 
   Value MakeMacro(const MacroStmt& macro, const ScopePtr& scope);
+  void TrackClosureScope(const ScopePtr& scope);
   Result<Value> CallMacro(const MacroStmt& macro, const ScopePtr& closure, CallArgs& args);
   Value LoopAttribute(const Value& loop, std::string_view name);
 
   std::string* out_ = nullptr;
   Flow flow_ = Flow::kNormal;
-  int line_ = 0;   // line of the node being evaluated, for error messages
-  int depth_ = 0;  // nested Exec/Eval/macro calls
+  int line_ = 0;       // line of the node being evaluated, for error messages
+  int depth_ = 0;      // nested Exec/Eval/macro calls
   int64_t steps_ = 0;  // loop iterations and macro calls so far
-  // Scopes captured by macros. A macro stored in its own defining scope is a reference cycle;
-  // Render clears these scopes at the end to break it.
+  // Scopes captured by macros and namespaces assigned to. A macro stored in its own defining
+  // scope, or a namespace stored in itself, is a reference cycle; Render clears these at the end
+  // to break every cycle (values are immutable otherwise, so no other cycle can form).
   std::vector<std::weak_ptr<Scope>> closure_scopes_;
+  size_t closure_scopes_pruned_size_ = 0;
+  std::vector<std::weak_ptr<Namespace>> assigned_namespaces_;
 };
 
 }  // namespace moeserve::tokenizer::jinja

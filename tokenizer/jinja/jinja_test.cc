@@ -452,6 +452,16 @@ TEST(JinjaRenderTest, Globals) {
   });
 }
 
+// transformers' AssistantTracker adds {% generation %}, which renders its body unchanged (it only
+// records which characters the assistant produced); {% print %} is core Jinja.
+TEST(JinjaRenderTest, GenerationAndPrintTags) {
+  ExpectRenders({
+      {"{% for m in msgs %}{% generation %}{{ m.role }};{% endgeneration %}{% endfor %}",
+       "user;assistant;"},
+      {"{% print 'a' ~ 1 %}{% print d.b %}", "a1[1, 2]"},
+  });
+}
+
 TEST(JinjaErrorTest, MalformedTemplatesNameTheProblem) {
   ExpectParseError("{{ x", "'{{' is never closed with '}}'");
   ExpectParseError("a\n{% if x", "line 2: unexpected end of template: '{%' is never closed");
@@ -490,6 +500,7 @@ TEST(JinjaErrorTest, UnsupportedConstructsAreNamed) {
   ExpectParseError("{% for x in y recursive %}{% endfor %}",
                    "recursive for loops are not supported");
   ExpectParseError("{{ f(*args) }}", "*args and **kwargs in calls are not supported");
+  ExpectParseError("{{ xs|groupby('a') }}", "the 'groupby' filter is not supported");
   ExpectRenderError("{{ '{}'.format(1) }}", "str.format() is not supported");
 }
 
@@ -584,6 +595,22 @@ TEST(JinjaTemplateTest, RendersRepeatedlyAndConcurrently) {
   }
   for (auto& th : threads) th.join();
   for (const std::string& r : results) EXPECT_EQ(r, "2");
+}
+
+// Macros stored in their own scope and namespaces stored in themselves are reference cycles;
+// the interpreter breaks them after each render (the ASan build's leak checker verifies it).
+TEST(JinjaTemplateTest, ReferenceCyclesDoNotLeak) {
+  ExpectRenders({
+      {"{% set ns = namespace() %}{% set ns.me = ns %}{{ ns.me.me is defined }}", "True"},
+      {"{% macro m() %}x{% endmacro %}{% set ns = namespace(m=m) %}{% set ns.m2 = m %}"
+       "{{ ns.m() }}{{ ns.m2() }}",
+       "xx"},
+      {"{% for x in [1, 1, 2] %}{{ loop.changed(x, loop.index0 // 2) }}{% endfor %}",
+       "TrueFalseTrue"},
+      {"{% for i in range(3) %}{% macro m() %}{{ i }}{% endmacro %}"
+       "{% set ns = namespace(f=m) %}{{ ns.f() }}{% endfor %}",
+       "012"},
+  });
 }
 
 TEST(JinjaTemplateTest, LaterContextEntriesWin) {

@@ -12,9 +12,12 @@ Result<Value> Convert(const Json& j, int depth, std::string_view what) {
     return InvalidArgument("{}: JSON nested more than {} levels deep", what, kMaxValueDepth);
   }
   switch (j.type()) {
-    case Json::value_t::null: return Value::None();
-    case Json::value_t::boolean: return Value::Bool(j.get<bool>());
-    case Json::value_t::number_integer: return Value::Int(j.get<int64_t>());
+    case Json::value_t::null:
+      return Value::None();
+    case Json::value_t::boolean:
+      return Value::Bool(j.get<bool>());
+    case Json::value_t::number_integer:
+      return Value::Int(j.get<int64_t>());
     case Json::value_t::number_unsigned: {
       const auto u = j.get<uint64_t>();
       if (u > static_cast<uint64_t>(INT64_MAX)) {
@@ -22,8 +25,10 @@ Result<Value> Convert(const Json& j, int depth, std::string_view what) {
       }
       return Value::Int(static_cast<int64_t>(u));
     }
-    case Json::value_t::number_float: return Value::Float(j.get<double>());
-    case Json::value_t::string: return Value::String(j.get<std::string>());
+    case Json::value_t::number_float:
+      return Value::Float(j.get<double>());
+    case Json::value_t::string:
+      return Value::String(j.get<std::string>());
     case Json::value_t::array: {
       std::vector<Value> items;
       items.reserve(j.size());

@@ -1,10 +1,10 @@
 #include "tokenizer/jinja/lexer.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 #include "tokenizer/jinja/py_string.h"
 
@@ -49,11 +49,11 @@ int CountNewlines(std::string_view s) {
 
 // `(\d+_)*\d+` starting at pos: digits with single underscores between them. Returns the end, or
 // npos when there is no digit at pos.
-size_t ScanDigits(std::string_view s, size_t pos, bool (*is_digit)(char) = IsDigit) {
-  if (pos >= s.size() || !is_digit(s[pos])) return std::string_view::npos;
+size_t ScanDigits(std::string_view s, size_t pos) {
+  if (pos >= s.size() || !IsDigit(s[pos])) return std::string_view::npos;
   while (true) {
-    while (pos < s.size() && is_digit(s[pos])) ++pos;
-    if (pos + 1 < s.size() && s[pos] == '_' && is_digit(s[pos + 1])) {
+    while (pos < s.size() && IsDigit(s[pos])) ++pos;
+    if (pos + 1 < s.size() && s[pos] == '_' && IsDigit(s[pos + 1])) {
       ++pos;
       continue;
     }
@@ -156,17 +156,38 @@ Result<std::string> Unescape(std::string_view body, int line) {
     }
     const char e = body[++i];
     switch (e) {
-      case '\n': break;  // line continuation
-      case '\\': out.push_back('\\'); break;
-      case '\'': out.push_back('\''); break;
-      case '"': out.push_back('"'); break;
-      case 'a': out.push_back('\a'); break;
-      case 'b': out.push_back('\b'); break;
-      case 'f': out.push_back('\f'); break;
-      case 'n': out.push_back('\n'); break;
-      case 'r': out.push_back('\r'); break;
-      case 't': out.push_back('\t'); break;
-      case 'v': out.push_back('\v'); break;
+      case '\n':
+        break;  // line continuation
+      case '\\':
+        out.push_back('\\');
+        break;
+      case '\'':
+        out.push_back('\'');
+        break;
+      case '"':
+        out.push_back('"');
+        break;
+      case 'a':
+        out.push_back('\a');
+        break;
+      case 'b':
+        out.push_back('\b');
+        break;
+      case 'f':
+        out.push_back('\f');
+        break;
+      case 'n':
+        out.push_back('\n');
+        break;
+      case 'r':
+        out.push_back('\r');
+        break;
+      case 't':
+        out.push_back('\t');
+        break;
+      case 'v':
+        out.push_back('\v');
+        break;
       case 'x':
       case 'u':
       case 'U': {
@@ -253,7 +274,7 @@ class Lexer {
       pos_ = start + 2 + (sign ? 1 : 0);
       if (kind == '#') {
         RETURN_IF_ERROR(LexComment());
-      } else if (kind == '%' && IsRawBegin(&pos_)) {
+      } else if (kind == '%' && LexRawBegin()) {
         RETURN_IF_ERROR(LexRaw());
       } else {
         RETURN_IF_ERROR(LexTag(kind == '{'));
@@ -279,8 +300,7 @@ class Lexer {
   std::string_view LStripBlock(std::string_view text) const {
     const size_t nl = text.rfind('\n');
     const size_t l_pos = nl == std::string_view::npos ? 0 : nl + 1;
-    if ((l_pos > 0 || line_starting_) && l_pos < text.size() &&
-        AllWhitespace(text.substr(l_pos))) {
+    if ((l_pos > 0 || line_starting_) && l_pos < text.size() && AllWhitespace(text.substr(l_pos))) {
       return text.substr(0, l_pos);
     }
     return text;
@@ -342,9 +362,9 @@ class Lexer {
     return SyntaxError(open_line, "missing end of comment tag: '{#' is never closed with '#}'");
   }
 
-  // `{%-? raw -?%}` at the tag opened before *pos (just after `{%` and its sign).
-  bool IsRawBegin(size_t* pos) {
-    size_t p = SkipWhitespace(src_, *pos);
+  // Consumes `raw -?%}` when the tag just opened (pos_ is after `{%` and its sign) is a raw block.
+  bool LexRawBegin() {
+    size_t p = SkipWhitespace(src_, pos_);
     if (src_.compare(p, 3, "raw") != 0) return false;
     p = SkipWhitespace(src_, p + 3);
     if (src_.compare(p, 3, "-%}") == 0) {
@@ -396,7 +416,8 @@ class Lexer {
       FinishTag(strip_after, trim);
       return OkStatus();
     }
-    return SyntaxError(open_line, "missing end of raw directive: '{% raw %}' has no '{% endraw %}'");
+    return SyntaxError(open_line,
+                       "missing end of raw directive: '{% raw %}' has no '{% endraw %}'");
   }
 
   // The inside of {{ ... }} or {% ... %}: expression tokens up to the closing delimiter.
@@ -545,17 +566,27 @@ class Lexer {
 
 std::string DescribeToken(const Token& token) {
   switch (token.type) {
-    case TokenType::kData: return "template data";
-    case TokenType::kVariableBegin: return "begin of print statement '{{'";
-    case TokenType::kVariableEnd: return "end of print statement '}}'";
-    case TokenType::kBlockBegin: return "begin of statement block '{%'";
-    case TokenType::kBlockEnd: return "end of statement block '%}'";
-    case TokenType::kName: return "'" + token.value + "'";
-    case TokenType::kString: return "string literal";
+    case TokenType::kData:
+      return "template data";
+    case TokenType::kVariableBegin:
+      return "begin of print statement '{{'";
+    case TokenType::kVariableEnd:
+      return "end of print statement '}}'";
+    case TokenType::kBlockBegin:
+      return "begin of statement block '{%'";
+    case TokenType::kBlockEnd:
+      return "end of statement block '%}'";
+    case TokenType::kName:
+      return "'" + token.value + "'";
+    case TokenType::kString:
+      return "string literal";
     case TokenType::kInteger:
-    case TokenType::kFloat: return "number " + token.value;
-    case TokenType::kOperator: return "'" + token.value + "'";
-    case TokenType::kEof: return "end of template";
+    case TokenType::kFloat:
+      return "number " + token.value;
+    case TokenType::kOperator:
+      return "'" + token.value + "'";
+    case TokenType::kEof:
+      return "end of template";
   }
   return "token";
 }

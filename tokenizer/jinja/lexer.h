@@ -20,9 +20,9 @@ enum class TokenType {
   kBlockBegin,     // {%
   kBlockEnd,       // %}
   kName,
-  kString,   // value: the unescaped literal
-  kInteger,  // int_value
-  kFloat,    // float_value
+  kString,    // value: the unescaped literal
+  kInteger,   // int_value
+  kFloat,     // float_value
   kOperator,  // value: "+", "//", "(", ...
   kEof,
 };

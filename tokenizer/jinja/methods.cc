@@ -1,10 +1,10 @@
 // Methods of str, dict and list values as Python defines them, restricted like transformers'
 // ImmutableSandboxedEnvironment: methods that would mutate a list or dict are refused. Methods of
 // Markup strings return Markup, escaping inserted text the way markupsafe 3 does.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/operators.h"
@@ -39,7 +39,9 @@ Result<int64_t> IntArg(const std::optional<Value>& v, int64_t fallback, std::str
 }
 
 // The result of a str method on `self`: Markup in, Markup out.
-Value Str(const Value& self, std::string s) { return Value::String(std::move(s), self.is_markup()); }
+Value Str(const Value& self, std::string s) {
+  return Value::String(std::move(s), self.is_markup());
+}
 
 // markupsafe escapes text a Markup method inserts (replacement, fill characters, joined items).
 std::string EscapeFor(const Value& self, const Value& inserted) {
@@ -120,8 +122,8 @@ Result<Value> StrRStrip(const Value& self, CallArgs& args) {
 }
 
 Result<Value> SplitImpl(const Value& self, CallArgs& args, bool from_right) {
-  ASSIGN_OR_RETURN(Args a, BindArgs(from_right ? "str.rsplit" : "str.split", args,
-                                    {"sep", "maxsplit"}, 0));
+  ASSIGN_OR_RETURN(Args a,
+                   BindArgs(from_right ? "str.rsplit" : "str.split", args, {"sep", "maxsplit"}, 0));
   ASSIGN_OR_RETURN(std::optional<std::string> sep, OptStrArg(a[0], "split separator"));
   if (sep && sep->empty()) return InvalidArgument("empty separator");
   ASSIGN_OR_RETURN(int64_t maxsplit, IntArg(a[1], -1, "maxsplit"));
@@ -146,8 +148,8 @@ Result<Value> StrReplace(const Value& self, CallArgs& args) {
       s.size() / old_sub.size() * (new_sub.size() - old_sub.size()) + s.size() > kMaxStringBytes) {
     return InvalidArgument("replace result too large");
   }
-  if (old_sub.empty() && (static_cast<size_t>(CodePointCount(s)) + 1) * new_sub.size() >
-                             kMaxStringBytes) {
+  if (old_sub.empty() &&
+      (static_cast<size_t>(CodePointCount(s)) + 1) * new_sub.size() > kMaxStringBytes) {
     return InvalidArgument("replace result too large");
   }
   return Str(self, PyReplace(s, old_sub, new_sub, count));
@@ -259,16 +261,16 @@ Result<Value> StrZFill(const Value& self, CallArgs& args) {
 }
 
 Result<Value> PartitionImpl(const Value& self, CallArgs& args, bool reverse) {
-  ASSIGN_OR_RETURN(Args a, BindArgs(reverse ? "str.rpartition" : "str.partition", args, {"sep"},
-                                    1));
+  ASSIGN_OR_RETURN(Args a,
+                   BindArgs(reverse ? "str.rpartition" : "str.partition", args, {"sep"}, 1));
   ASSIGN_OR_RETURN(std::string sep, StrArg(*a[0], "separator"));
   if (sep.empty()) return InvalidArgument("empty separator");
   const std::string& s = self.AsString();
   const size_t at = reverse ? s.rfind(sep) : s.find(sep);
   if (at == std::string::npos) {
-    return StrList(self, reverse ? std::vector<std::string>{"", "", s}
-                                 : std::vector<std::string>{s, "", ""},
-                   ListKind::kTuple);
+    return StrList(
+        self, reverse ? std::vector<std::string>{"", "", s} : std::vector<std::string>{s, "", ""},
+        ListKind::kTuple);
   }
   return StrList(self, {s.substr(0, at), sep, s.substr(at + sep.size())}, ListKind::kTuple);
 }
@@ -280,8 +282,8 @@ Result<Value> StrRPartition(const Value& self, CallArgs& args) {
 }
 
 Result<Value> RemoveAffix(const Value& self, CallArgs& args, bool prefix) {
-  ASSIGN_OR_RETURN(Args a, BindArgs(prefix ? "str.removeprefix" : "str.removesuffix", args,
-                                    {"affix"}, 1));
+  ASSIGN_OR_RETURN(Args a,
+                   BindArgs(prefix ? "str.removeprefix" : "str.removesuffix", args, {"affix"}, 1));
   ASSIGN_OR_RETURN(std::string affix, StrArg(*a[0], "affix"));
   const std::string& s = self.AsString();
   if (s.size() >= affix.size()) {
@@ -306,9 +308,14 @@ Result<Value> DictView(const Value& self, CallArgs& args, ListKind kind) {
   std::vector<Value> items;
   for (const auto& [k, v] : self.AsDict().entries()) {
     switch (kind) {
-      case ListKind::kDictKeys: items.push_back(k); break;
-      case ListKind::kDictValues: items.push_back(v); break;
-      default: items.push_back(Value::MakeList({k, v}, ListKind::kTuple));
+      case ListKind::kDictKeys:
+        items.push_back(k);
+        break;
+      case ListKind::kDictValues:
+        items.push_back(v);
+        break;
+      default:
+        items.push_back(Value::MakeList({k, v}, ListKind::kTuple));
     }
   }
   return Value::MakeList(std::move(items), kind);
@@ -341,8 +348,8 @@ Result<Value> CopyMethod(const Value& self, CallArgs& args) {
 Result<Value> ListCount(const Value& self, CallArgs& args) {
   ASSIGN_OR_RETURN(Args a, BindArgs("list.count", args, {"value"}, 1));
   const auto& items = self.AsList().items;
-  return Value::Int(std::count_if(items.begin(), items.end(),
-                                  [&](const Value& v) { return Equals(v, *a[0]); }));
+  return Value::Int(
+      std::count_if(items.begin(), items.end(), [&](const Value& v) { return Equals(v, *a[0]); }));
 }
 
 Result<Value> ListIndex(const Value& self, CallArgs& args) {
@@ -406,11 +413,11 @@ constexpr MethodEntry kStrMethods[] = {
 // Real Python str methods this interpreter does not implement: using one is an error naming it,
 // never a silently different result.
 constexpr std::string_view kUnsupportedStrMethods[] = {
-    "format", "format_map", "encode", "expandtabs", "translate", "maketrans", "isnumeric",
-    "isidentifier", "isprintable", "isascii", "istitle"};
+    "format",    "format_map",   "encode",      "expandtabs", "translate", "maketrans",
+    "isnumeric", "isidentifier", "isprintable", "isascii",    "istitle"};
 
 constexpr MethodEntry kDictMethods[] = {
-    {"items", DictItems}, {"keys", DictKeys}, {"values", DictValues},
+    {"items", DictItems}, {"keys", DictKeys},   {"values", DictValues},
     {"get", DictGet},     {"copy", CopyMethod},
 };
 constexpr std::string_view kMutatingDictMethods[] = {"clear", "pop", "popitem", "setdefault",
@@ -419,7 +426,7 @@ constexpr std::string_view kMutatingDictMethods[] = {"clear", "pop", "popitem", 
 constexpr MethodEntry kListMethods[] = {
     {"count", ListCount}, {"index", ListIndex}, {"copy", CopyMethod}};
 constexpr MethodEntry kTupleMethods[] = {{"count", ListCount}, {"index", ListIndex}};
-constexpr std::string_view kMutatingListMethods[] = {"append", "clear",  "extend", "insert",
+constexpr std::string_view kMutatingListMethods[] = {"append", "clear",  "extend",  "insert",
                                                      "pop",    "remove", "reverse", "sort"};
 
 template <size_t N>

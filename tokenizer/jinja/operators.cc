@@ -1,9 +1,9 @@
 #include "tokenizer/jinja/operators.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstdio>
-
-#include <fmt/format.h>
 
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/py_string.h"
@@ -13,16 +13,26 @@ namespace {
 
 std::string_view OpSymbol(BinaryOp op) {
   switch (op) {
-    case BinaryOp::kAdd: return "+";
-    case BinaryOp::kSub: return "-";
-    case BinaryOp::kMul: return "*";
-    case BinaryOp::kDiv: return "/";
-    case BinaryOp::kFloorDiv: return "//";
-    case BinaryOp::kMod: return "%";
-    case BinaryOp::kPow: return "**";
-    case BinaryOp::kConcat: return "~";
-    case BinaryOp::kAnd: return "and";
-    case BinaryOp::kOr: return "or";
+    case BinaryOp::kAdd:
+      return "+";
+    case BinaryOp::kSub:
+      return "-";
+    case BinaryOp::kMul:
+      return "*";
+    case BinaryOp::kDiv:
+      return "/";
+    case BinaryOp::kFloorDiv:
+      return "//";
+    case BinaryOp::kMod:
+      return "%";
+    case BinaryOp::kPow:
+      return "**";
+    case BinaryOp::kConcat:
+      return "~";
+    case BinaryOp::kAnd:
+      return "and";
+    case BinaryOp::kOr:
+      return "or";
   }
   return "?";
 }
@@ -36,9 +46,7 @@ Status Overflow() {
   return InvalidArgument("integer overflow: the result does not fit in 64 bits");
 }
 
-Status TooLarge() {
-  return InvalidArgument("result larger than {} bytes", kMaxStringBytes);
-}
+Status TooLarge() { return InvalidArgument("result larger than {} bytes", kMaxStringBytes); }
 
 // Python's float divmod (Objects/floatobject.c), for // and % on floats.
 void FloatDivMod(double vx, double wx, double* floordiv, double* mod) {
@@ -164,10 +172,17 @@ Result<std::string> FormatOne(const Spec& spec, const Value& v, bool escape) {
       const uint64_t mag = negative ? 0 - static_cast<uint64_t>(n) : static_cast<uint64_t>(n);
       std::string digits;
       switch (spec.type) {
-        case 'o': digits = fmt::format("{:o}", mag); break;
-        case 'x': digits = fmt::format("{:x}", mag); break;
-        case 'X': digits = fmt::format("{:X}", mag); break;
-        default: digits = std::to_string(mag);
+        case 'o':
+          digits = fmt::format("{:o}", mag);
+          break;
+        case 'x':
+          digits = fmt::format("{:x}", mag);
+          break;
+        case 'X':
+          digits = fmt::format("{:X}", mag);
+          break;
+        default:
+          digits = std::to_string(mag);
       }
       if (spec.precision >= 0 && static_cast<int>(digits.size()) < spec.precision) {
         digits.insert(0, static_cast<size_t>(spec.precision) - digits.size(), '0');
@@ -290,23 +305,28 @@ Result<Value> BinaryOperation(BinaryOp op, const Value& a, const Value& b) {
           }
           return Value::Int(op == BinaryOp::kFloorDiv ? q : m);
         }
-        case BinaryOp::kPow: return IntPow(x, y);
-        default: break;
+        case BinaryOp::kPow:
+          return IntPow(x, y);
+        default:
+          break;
       }
     } else {
       const double x = a.AsDouble(), y = b.AsDouble();
       switch (op) {
-        case BinaryOp::kAdd: return Value::Float(x + y);
-        case BinaryOp::kSub: return Value::Float(x - y);
-        case BinaryOp::kMul: return Value::Float(x * y);
+        case BinaryOp::kAdd:
+          return Value::Float(x + y);
+        case BinaryOp::kSub:
+          return Value::Float(x - y);
+        case BinaryOp::kMul:
+          return Value::Float(x * y);
         case BinaryOp::kDiv:
           if (y == 0) return InvalidArgument("float division by zero");
           return Value::Float(x / y);
         case BinaryOp::kFloorDiv:
         case BinaryOp::kMod: {
           if (y == 0) {
-            return InvalidArgument("{}", op == BinaryOp::kMod ? "float modulo"
-                                                              : "float floor division by zero");
+            return InvalidArgument(
+                "{}", op == BinaryOp::kMod ? "float modulo" : "float floor division by zero");
           }
           double q, m;
           FloatDivMod(x, y, &q, &m);
@@ -315,8 +335,9 @@ Result<Value> BinaryOperation(BinaryOp op, const Value& a, const Value& b) {
         case BinaryOp::kPow: {
           if (x == 0 && y < 0) return InvalidArgument("0.0 cannot be raised to a negative power");
           if (x < 0 && y != std::floor(y)) {
-            return InvalidArgument("negative number raised to a fractional power: complex "
-                                   "results are not supported");
+            return InvalidArgument(
+                "negative number raised to a fractional power: complex "
+                "results are not supported");
           }
           const double r = std::pow(x, y);
           if (std::isinf(r) && std::isfinite(x) && std::isfinite(y)) {
@@ -324,7 +345,8 @@ Result<Value> BinaryOperation(BinaryOp op, const Value& a, const Value& b) {
           }
           return Value::Float(r);
         }
-        default: break;
+        default:
+          break;
       }
     }
     return Unsupported(op, a, b);
@@ -367,19 +389,25 @@ Result<Value> BinaryOperation(BinaryOp op, const Value& a, const Value& b) {
 
 Result<bool> CompareOperation(CompareOp op, const Value& a, const Value& b) {
   switch (op) {
-    case CompareOp::kEq: return Equals(a, b);
-    case CompareOp::kNe: return !Equals(a, b);
-    case CompareOp::kIn: return Contains(b, a);
+    case CompareOp::kEq:
+      return Equals(a, b);
+    case CompareOp::kNe:
+      return !Equals(a, b);
+    case CompareOp::kIn:
+      return Contains(b, a);
     case CompareOp::kNotIn: {
       ASSIGN_OR_RETURN(bool in, Contains(b, a));
       return !in;
     }
-    default: break;
+    default:
+      break;
   }
   if (a.is_undefined()) return UndefinedError(a);
   if (b.is_undefined()) return UndefinedError(b);
-  const char* symbol = op == CompareOp::kLt ? "<" : op == CompareOp::kLe ? "<=" :
-                       op == CompareOp::kGt ? ">" : ">=";
+  const char* symbol = op == CompareOp::kLt   ? "<"
+                       : op == CompareOp::kLe ? "<="
+                       : op == CompareOp::kGt ? ">"
+                                              : ">=";
   // NaN compares false with everything, as in Python.
   if ((a.is_float() && std::isnan(a.AsDouble()) && b.is_number()) ||
       (b.is_float() && std::isnan(b.AsDouble()) && a.is_number())) {
@@ -387,10 +415,14 @@ Result<bool> CompareOperation(CompareOp op, const Value& a, const Value& b) {
   }
   ASSIGN_OR_RETURN(int c, Compare(a, b, symbol));
   switch (op) {
-    case CompareOp::kLt: return c < 0;
-    case CompareOp::kLe: return c <= 0;
-    case CompareOp::kGt: return c > 0;
-    default: return c >= 0;
+    case CompareOp::kLt:
+      return c < 0;
+    case CompareOp::kLe:
+      return c <= 0;
+    case CompareOp::kGt:
+      return c > 0;
+    default:
+      return c >= 0;
   }
 }
 
@@ -430,12 +462,18 @@ Result<std::string> PercentFormat(std::string_view format, const Value& args, bo
     Spec spec;
     for (; i < format.size(); ++i) {
       const char f = format[i];
-      if (f == '-') spec.left = true;
-      else if (f == '0') spec.zero = true;
-      else if (f == '+') spec.plus = true;
-      else if (f == ' ') spec.space = true;
-      else if (f == '#') spec.alt = true;
-      else break;
+      if (f == '-')
+        spec.left = true;
+      else if (f == '0')
+        spec.zero = true;
+      else if (f == '+')
+        spec.plus = true;
+      else if (f == ' ')
+        spec.space = true;
+      else if (f == '#')
+        spec.alt = true;
+      else
+        break;
     }
     auto read_number = [&](int* target) -> Status {
       if (i < format.size() && format[i] == '*') {
@@ -468,7 +506,8 @@ Result<std::string> PercentFormat(std::string_view format, const Value& args, bo
     if (i >= format.size()) return InvalidArgument("incomplete format");
     spec.type = format[i];
     if (value == nullptr) {
-      if (next >= positional.size()) return InvalidArgument("not enough arguments for format string");
+      if (next >= positional.size())
+        return InvalidArgument("not enough arguments for format string");
       value = &positional[next++];
     }
     ASSIGN_OR_RETURN(std::string piece, FormatOne(spec, *value, escape));

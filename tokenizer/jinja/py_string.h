@@ -26,8 +26,6 @@ size_t ByteOffsetOfCodePoint(std::string_view s, int64_t index);
 
 // str.isspace() for one code point: Unicode White_Space plus the ASCII separators \x1c-\x1f.
 bool IsPySpace(char32_t cp);
-// Python's str.splitlines() line boundaries.
-bool IsPyLineBreak(char32_t cp);
 
 // str.strip / lstrip / rstrip. `chars` absent strips whitespace; present strips any of its code
 // points.
@@ -47,7 +45,8 @@ std::string PyReplace(std::string_view s, std::string_view old_sub, std::string_
 int64_t PyFind(std::string_view s, std::string_view sub, int64_t start, int64_t end, bool reverse);
 int64_t PyCount(std::string_view s, std::string_view sub, int64_t start, int64_t end);
 
-// Case mapping (Unicode simple case mappings, via utf8proc).
+// Case mapping as Python's str does it (py_case.cc): utf8proc's simple mappings plus the
+// SpecialCasing expansions and final sigma.
 std::string PyLower(std::string_view s);
 std::string PyUpper(std::string_view s);
 std::string PySwapCase(std::string_view s);
@@ -70,6 +69,14 @@ std::string PyStrRepr(std::string_view s);
 
 // HTML escaping of markupsafe.escape: & < > " ' become entities.
 std::string HtmlEscape(std::string_view s);
+
+// Python float(str): optional whitespace and sign, decimal digits with single underscores, an
+// optional exponent, or inf/infinity/nan. nullopt where Python raises ValueError.
+std::optional<double> PyParseFloat(std::string_view text);
+// Python int(str, base): whitespace, sign, digits with single underscores, a 0x/0o/0b prefix
+// matching the base (any for base 0). nullopt where Python raises ValueError or the value does
+// not fit in 64 bits.
+std::optional<int64_t> PyParseInt(std::string_view text, int64_t base);
 
 // Python slice index normalisation (PySlice_AdjustIndices): fills start/stop for a sequence of
 // `length` items and returns the number of selected items. `step` must not be zero.

@@ -1,10 +1,10 @@
 #include "tokenizer/jinja/value.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "core/check.h"
 #include "tokenizer/jinja/py_string.h"
@@ -23,9 +23,7 @@ int CompareNumbers(const Value& a, const Value& b) {
   return x < y ? -1 : (x > y ? 1 : 0);
 }
 
-bool SameListClass(const List& a, const List& b) {
-  return a.kind == b.kind;
-}
+bool SameListClass(const List& a, const List& b) { return a.kind == b.kind; }
 
 bool ContainsIterator(const Value& v) {
   if (v.is_list()) {
@@ -70,14 +68,29 @@ void AppendJsonString(std::string_view s, bool ensure_ascii, std::string* out) {
   while (pos < s.size()) {
     const char32_t cp = DecodeUtf8(s, &pos);
     switch (cp) {
-      case '"': *out += "\\\""; continue;
-      case '\\': *out += "\\\\"; continue;
-      case '\n': *out += "\\n"; continue;
-      case '\r': *out += "\\r"; continue;
-      case '\t': *out += "\\t"; continue;
-      case '\b': *out += "\\b"; continue;
-      case '\f': *out += "\\f"; continue;
-      default: break;
+      case '"':
+        *out += "\\\"";
+        continue;
+      case '\\':
+        *out += "\\\\";
+        continue;
+      case '\n':
+        *out += "\\n";
+        continue;
+      case '\r':
+        *out += "\\r";
+        continue;
+      case '\t':
+        *out += "\\t";
+        continue;
+      case '\b':
+        *out += "\\b";
+        continue;
+      case '\f':
+        *out += "\\f";
+        continue;
+      default:
+        break;
     }
     if (cp < 0x20 || (ensure_ascii && cp > 0x7E)) {
       if (cp >= 0x10000) {
@@ -111,11 +124,21 @@ Status DumpJson(const Value& v, const JsonOptions& o, int level, std::string* ou
     for (int i = 0; i < lvl; ++i) *out += *o.indent;
   };
   switch (v.kind()) {
-    case Value::Kind::kNone: *out += "null"; return OkStatus();
-    case Value::Kind::kBool: *out += v.AsBool() ? "true" : "false"; return OkStatus();
-    case Value::Kind::kInt: *out += std::to_string(v.AsInt()); return OkStatus();
-    case Value::Kind::kFloat: *out += JsonFloat(v.AsDouble()); return OkStatus();
-    case Value::Kind::kString: AppendJsonString(v.AsString(), o.ensure_ascii, out); return OkStatus();
+    case Value::Kind::kNone:
+      *out += "null";
+      return OkStatus();
+    case Value::Kind::kBool:
+      *out += v.AsBool() ? "true" : "false";
+      return OkStatus();
+    case Value::Kind::kInt:
+      *out += std::to_string(v.AsInt());
+      return OkStatus();
+    case Value::Kind::kFloat:
+      *out += JsonFloat(v.AsDouble());
+      return OkStatus();
+    case Value::Kind::kString:
+      AppendJsonString(v.AsString(), o.ensure_ascii, out);
+      return OkStatus();
     case Value::Kind::kList: {
       const List& list = v.AsList();
       if (list.kind != ListKind::kList && list.kind != ListKind::kTuple) return NotSerializable(v);
@@ -167,11 +190,21 @@ Status DumpJson(const Value& v, const JsonOptions& o, int level, std::string* ou
         first = false;
         const Value& key = e->first;
         switch (key.kind()) {
-          case Value::Kind::kString: AppendJsonString(key.AsString(), o.ensure_ascii, out); break;
-          case Value::Kind::kNone: *out += "\"null\""; break;
-          case Value::Kind::kBool: *out += key.AsBool() ? "\"true\"" : "\"false\""; break;
-          case Value::Kind::kInt: *out += "\"" + std::to_string(key.AsInt()) + "\""; break;
-          case Value::Kind::kFloat: *out += "\"" + JsonFloat(key.AsDouble()) + "\""; break;
+          case Value::Kind::kString:
+            AppendJsonString(key.AsString(), o.ensure_ascii, out);
+            break;
+          case Value::Kind::kNone:
+            *out += "\"null\"";
+            break;
+          case Value::Kind::kBool:
+            *out += key.AsBool() ? "\"true\"" : "\"false\"";
+            break;
+          case Value::Kind::kInt:
+            *out += "\"" + std::to_string(key.AsInt()) + "\"";
+            break;
+          case Value::Kind::kFloat:
+            *out += "\"" + JsonFloat(key.AsDouble()) + "\"";
+            break;
           default:
             return InvalidArgument("keys must be str, int, float, bool or None, not {}",
                                    TypeName(key));
@@ -292,8 +325,9 @@ bool IsIterator(const Value& v) { return v.is_list() && v.AsList().kind == ListK
 
 Status CheckPrintable(const Value& v) {
   if (ContainsIterator(v)) {
-    return InvalidArgument("cannot print a lazy iterator (Python prints \"<generator object ... at "
-                           "0x...>\"); convert it with |list first");
+    return InvalidArgument(
+        "cannot print a lazy iterator (Python prints \"<generator object ... at "
+        "0x...>\"); convert it with |list first");
   }
   return OkStatus();
 }
@@ -314,11 +348,9 @@ const std::string& Value::AsString() const {
   return *std::get<std::shared_ptr<const std::string>>(payload_);
 }
 
-const List& Value::AsList() const { return *ListPtr(); }
-
-const std::shared_ptr<const List>& Value::ListPtr() const {
+const List& Value::AsList() const {
   CHECK(kind_ == Kind::kList);
-  return std::get<std::shared_ptr<const List>>(payload_);
+  return *std::get<std::shared_ptr<const List>>(payload_);
 }
 
 const Dict& Value::AsDict() const {
@@ -404,33 +436,52 @@ size_t Dict::size() const { return entries_.size(); }
 
 std::string TypeName(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return "Undefined";
-    case Value::Kind::kNone: return "NoneType";
-    case Value::Kind::kBool: return "bool";
-    case Value::Kind::kInt: return "int";
-    case Value::Kind::kFloat: return "float";
-    case Value::Kind::kString: return v.is_markup() ? "Markup" : "str";
+    case Value::Kind::kUndefined:
+      return "Undefined";
+    case Value::Kind::kNone:
+      return "NoneType";
+    case Value::Kind::kBool:
+      return "bool";
+    case Value::Kind::kInt:
+      return "int";
+    case Value::Kind::kFloat:
+      return "float";
+    case Value::Kind::kString:
+      return v.is_markup() ? "Markup" : "str";
     case Value::Kind::kList:
       switch (v.AsList().kind) {
-        case ListKind::kList: return "list";
-        case ListKind::kTuple: return "tuple";
-        case ListKind::kDictKeys: return "dict_keys";
-        case ListKind::kDictValues: return "dict_values";
-        case ListKind::kDictItems: return "dict_items";
-        case ListKind::kRange: return "range";
-        case ListKind::kIterator: return v.AsList().iterator_type;
+        case ListKind::kList:
+          return "list";
+        case ListKind::kTuple:
+          return "tuple";
+        case ListKind::kDictKeys:
+          return "dict_keys";
+        case ListKind::kDictValues:
+          return "dict_values";
+        case ListKind::kDictItems:
+          return "dict_items";
+        case ListKind::kRange:
+          return "range";
+        case ListKind::kIterator:
+          return v.AsList().iterator_type;
       }
       return "list";
-    case Value::Kind::kDict: return "dict";
+    case Value::Kind::kDict:
+      return "dict";
     case Value::Kind::kCallable:
       switch (v.AsCallable().kind) {
-        case CallableKind::kMacro: return "Macro";
-        case CallableKind::kMethod: return "builtin_function_or_method";
-        case CallableKind::kFunction: return "function";
+        case CallableKind::kMacro:
+          return "Macro";
+        case CallableKind::kMethod:
+          return "builtin_function_or_method";
+        case CallableKind::kFunction:
+          return "function";
       }
       return "function";
-    case Value::Kind::kNamespace: return "Namespace";
-    case Value::Kind::kLoop: return "LoopContext";
+    case Value::Kind::kNamespace:
+      return "Namespace";
+    case Value::Kind::kLoop:
+      return "LoopContext";
   }
   return "object";
 }
@@ -449,15 +500,22 @@ std::string ObjectTypeRepr(const Value& v) {
 bool Truthy(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kUndefined:
-    case Value::Kind::kNone: return false;
-    case Value::Kind::kBool: return v.AsBool();
-    case Value::Kind::kInt: return v.AsInt() != 0;
-    case Value::Kind::kFloat: return v.AsDouble() != 0.0;
-    case Value::Kind::kString: return !v.AsString().empty();
+    case Value::Kind::kNone:
+      return false;
+    case Value::Kind::kBool:
+      return v.AsBool();
+    case Value::Kind::kInt:
+      return v.AsInt() != 0;
+    case Value::Kind::kFloat:
+      return v.AsDouble() != 0.0;
+    case Value::Kind::kString:
+      return !v.AsString().empty();
     case Value::Kind::kList:
       return v.AsList().kind == ListKind::kIterator || !v.AsList().items.empty();
-    case Value::Kind::kDict: return v.AsDict().size() != 0;
-    default: return true;
+    case Value::Kind::kDict:
+      return v.AsDict().size() != 0;
+    default:
+      return true;
   }
 }
 
@@ -470,8 +528,10 @@ bool Equals(const Value& a, const Value& b) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Value::Kind::kUndefined:
-    case Value::Kind::kNone: return true;
-    case Value::Kind::kString: return a.AsString() == b.AsString();
+    case Value::Kind::kNone:
+      return true;
+    case Value::Kind::kString:
+      return a.AsString() == b.AsString();
     case Value::Kind::kList: {
       const List& x = a.AsList();
       const List& y = b.AsList();
@@ -492,7 +552,8 @@ bool Equals(const Value& a, const Value& b) {
       }
       return true;
     }
-    default: return a.Identity() == b.Identity();
+    default:
+      return a.Identity() == b.Identity();
   }
 }
 
@@ -519,14 +580,16 @@ Result<int> Compare(const Value& a, const Value& b, std::string_view op) {
 bool IsHashable(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kDict:
-    case Value::Kind::kNamespace: return false;
+    case Value::Kind::kNamespace:
+      return false;
     case Value::Kind::kList: {
       const List& list = v.AsList();
       if (list.kind == ListKind::kIterator) return true;  // hashed by identity
       if (list.kind != ListKind::kTuple && list.kind != ListKind::kRange) return false;
       return std::all_of(list.items.begin(), list.items.end(), IsHashable);
     }
-    default: return true;
+    default:
+      return true;
   }
 }
 
@@ -579,24 +642,34 @@ std::string FormatPyFloat(double d) {
 
 std::string Repr(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return "Undefined";
-    case Value::Kind::kNone: return "None";
-    case Value::Kind::kBool: return v.AsBool() ? "True" : "False";
-    case Value::Kind::kInt: return std::to_string(v.AsInt());
-    case Value::Kind::kFloat: return FormatPyFloat(v.AsDouble());
+    case Value::Kind::kUndefined:
+      return "Undefined";
+    case Value::Kind::kNone:
+      return "None";
+    case Value::Kind::kBool:
+      return v.AsBool() ? "True" : "False";
+    case Value::Kind::kInt:
+      return std::to_string(v.AsInt());
+    case Value::Kind::kFloat:
+      return FormatPyFloat(v.AsDouble());
     case Value::Kind::kString:
       return v.is_markup() ? "Markup(" + PyStrRepr(v.AsString()) + ")" : PyStrRepr(v.AsString());
     case Value::Kind::kList: {
       const List& list = v.AsList();
       switch (list.kind) {
-        case ListKind::kList: return "[" + ReprItems(list.items) + "]";
+        case ListKind::kList:
+          return "[" + ReprItems(list.items) + "]";
         case ListKind::kTuple:
           return list.items.size() == 1 ? "(" + Repr(list.items[0]) + ",)"
                                         : "(" + ReprItems(list.items) + ")";
-        case ListKind::kDictKeys: return "dict_keys([" + ReprItems(list.items) + "])";
-        case ListKind::kDictValues: return "dict_values([" + ReprItems(list.items) + "])";
-        case ListKind::kDictItems: return "dict_items([" + ReprItems(list.items) + "])";
-        case ListKind::kIterator: return fmt::format("<{} object>", list.iterator_type);
+        case ListKind::kDictKeys:
+          return "dict_keys([" + ReprItems(list.items) + "])";
+        case ListKind::kDictValues:
+          return "dict_values([" + ReprItems(list.items) + "])";
+        case ListKind::kDictItems:
+          return "dict_items([" + ReprItems(list.items) + "])";
+        case ListKind::kIterator:
+          return fmt::format("<{} object>", list.iterator_type);
         case ListKind::kRange:
           return list.range_step == 1
                      ? fmt::format("range({}, {})", list.range_start, list.range_stop)
@@ -605,17 +678,22 @@ std::string Repr(const Value& v) {
       }
       return "[]";
     }
-    case Value::Kind::kDict: return ReprDict(v.AsDict());
+    case Value::Kind::kDict:
+      return ReprDict(v.AsDict());
     case Value::Kind::kCallable: {
       const Callable& c = v.AsCallable();
       switch (c.kind) {
-        case CallableKind::kMacro: return "<Macro " + PyStrRepr(c.name) + ">";
-        case CallableKind::kMethod: return "<built-in method " + c.name + ">";
-        case CallableKind::kFunction: return "<function " + c.name + ">";
+        case CallableKind::kMacro:
+          return "<Macro " + PyStrRepr(c.name) + ">";
+        case CallableKind::kMethod:
+          return "<built-in method " + c.name + ">";
+        case CallableKind::kFunction:
+          return "<function " + c.name + ">";
       }
       return "<function>";
     }
-    case Value::Kind::kNamespace: return "<Namespace " + ReprDict(v.AsNamespace()->attrs) + ">";
+    case Value::Kind::kNamespace:
+      return "<Namespace " + ReprDict(v.AsNamespace()->attrs) + ">";
     case Value::Kind::kLoop: {
       const LoopInfo& loop = v.AsLoop();
       return fmt::format("<LoopContext {}/{}>", loop.index0 + 1, loop.items->items.size());

@@ -107,11 +107,10 @@ class Value {
   bool is_loop() const { return kind_ == Kind::kLoop; }
 
   bool AsBool() const { return flag_; }
-  int64_t AsInt() const;  // bool or int
+  int64_t AsInt() const;    // bool or int
   double AsDouble() const;  // bool, int or float
   const std::string& AsString() const;
   const List& AsList() const;
-  const std::shared_ptr<const List>& ListPtr() const;
   const Dict& AsDict() const;
   const Callable& AsCallable() const;
   const std::shared_ptr<Namespace>& AsNamespace() const;
@@ -191,6 +190,7 @@ struct Callable {
 // namespace(): the one mutable object, so `set ns.x = ...` inside a loop survives the loop.
 struct Namespace {
   Dict attrs;
+  bool tracked = false;  // the interpreter has registered it for cycle breaking
 };
 
 // The `loop` variable of one for-loop iteration.
@@ -200,7 +200,6 @@ struct LoopInfo {
   // loop.changed(...)'s memory of the previous call, shared by all iterations of one loop.
   std::shared_ptr<std::optional<Value>> changed_state;
 };
-
 
 // Python type names for messages: "str", "int", "dict", "NoneType", "Undefined", ...
 std::string TypeName(const Value& v);
