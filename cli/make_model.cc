@@ -376,7 +376,7 @@ Result<ModelConfig> BuildConfig(const Options& o, const FlagSet& flags) {
     c.layer_types.assign(c.num_hidden_layers, io::LayerType::kFullAttention);
   }
   c.rotary_dim = static_cast<int64_t>(c.head_dim * c.partial_rotary_factor);
-  c.eos_token_ids = {0};  // placeholder inside the vocabulary; set once the tokenizer is built
+  c.eos_token_ids = {0};  // validated here; MakeModel sets the real id after training the BPE
   Result<ModelConfig> parsed = io::ParseModelConfig(io::ModelConfigToJson(c));
   if (!parsed.ok()) return parsed.status();
   return c;
