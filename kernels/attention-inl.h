@@ -190,6 +190,28 @@ inline void PagedAttentionImpl(const float* q, int64_t T, int64_t first_pos, int
   });
 }
 
+inline void PagedAttentionBatchImpl(const float* q, const PagedQueries& queries,
+                                    int64_t num_heads, const PagedKvCache& cache, float scale,
+                                    float* out, ThreadPool& pool) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  CHECK_GT(cache.block_size, 0);
+  CHECK_GT(cache.num_kv_heads, 0);
+  CHECK_EQ(num_heads % cache.num_kv_heads, 0);
+  if (queries.num_tokens <= 0 || num_heads <= 0) return;
+  const size_t heads = static_cast<size_t>(num_heads);
+  const size_t group = heads / static_cast<size_t>(cache.num_kv_heads);
+  const size_t hd = static_cast<size_t>(cache.head_dim);
+  // Task = i * num_heads + h, the row of q and out, as in PagedAttentionImpl.
+  pool.ParallelFor(static_cast<size_t>(queries.num_tokens) * heads, [&](size_t task, size_t) {
+    const hn::ScalableTag<float> d;
+    const size_t i = task / heads;
+    const size_t h = task % heads;
+    const int32_t* table = queries.block_tables[queries.seq_of[i]];
+    attn::AttendOne(d, q + task * hd, cache, table, h / group,
+                    static_cast<size_t>(queries.positions[i]) + 1, scale, out + task * hd);
+  });
+}
+
 }  // namespace moeserve::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 

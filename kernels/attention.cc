@@ -26,6 +26,13 @@ void PagedAttention(const float* q, int64_t T, int64_t first_pos, int64_t num_he
   (q, T, first_pos, num_heads, cache, block_table, scale, out, pool);
 }
 
+HWY_EXPORT(PagedAttentionBatchImpl);
+
+void PagedAttentionBatch(const float* q, const PagedQueries& queries, int64_t num_heads,
+                         const PagedKvCache& cache, float scale, float* out, ThreadPool& pool) {
+  HWY_DYNAMIC_DISPATCH(PagedAttentionBatchImpl)(q, queries, num_heads, cache, scale, out, pool);
+}
+
 }  // namespace moeserve::kernels
 
 #endif  // HWY_ONCE

@@ -1,4 +1,5 @@
-// Causal attention of one sequence's new query tokens over its paged KV cache.
+// Causal attention of new query tokens over a paged KV cache: one sequence's, or a flat token
+// batch spanning many sequences.
 #pragma once
 
 #include <cstdint>
@@ -37,5 +38,21 @@ inline float* KvRow(float* base, const PagedKvCache& c, const int32_t* block_tab
 void PagedAttention(const float* q, int64_t T, int64_t first_pos, int64_t num_heads,
                     const PagedKvCache& cache, const int32_t* block_table, float scale,
                     float* out, ThreadPool& pool);
+
+// The queries of a flat token batch spanning many sequences: query i sits at absolute position
+// positions[i] of sequence seq_of[i], whose block table is block_tables[seq_of[i]], and attends
+// to that sequence's keys 0 .. positions[i].
+struct PagedQueries {
+  int64_t num_tokens;
+  const int64_t* positions;             // [num_tokens]
+  const int32_t* seq_of;                // [num_tokens]
+  const int32_t* const* block_tables;   // [number of sequences]
+};
+
+// PagedAttention over a flat token batch: q and out [num_tokens][num_heads][head_dim]. Each
+// query's result is bit-for-bit what PagedAttention gives it alone (same tiles, same order).
+// One join for the whole batch.
+void PagedAttentionBatch(const float* q, const PagedQueries& queries, int64_t num_heads,
+                         const PagedKvCache& cache, float scale, float* out, ThreadPool& pool);
 
 }  // namespace moeserve::kernels

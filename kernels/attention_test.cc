@@ -240,6 +240,48 @@ HWY_NOINLINE void TestBatchInvariance() {
   }
 }
 
+// A flat batch of three sequences sharing one cache (different block tables, interleaved
+// phases: a prefill chunk, a single decode token, a chunk at the start) gives every query
+// exactly the bits PagedAttentionImpl gives it alone.
+void TestBatchOfSequencesMatchesSingle() {
+  ThreadPool pool(2);
+  uint32_t seed = 7000;
+  for (const HeadConfig& heads : kHeadConfigs) {
+    for (int64_t bs : {16, 5}) {
+      const int64_t hd = 64, H = heads.num_heads, P = 6 * bs;  // whole blocks only
+      const CacheFixture fx(heads.num_kv_heads, hd, bs, P, ++seed);
+      const int64_t num_blocks = P / bs;
+      // Sequence 0: the fixture's table; 1: reversed; 2: rotated by two blocks.
+      std::vector<std::vector<int32_t>> tables(3, std::vector<int32_t>(fx.table(), fx.table() + num_blocks));
+      std::reverse(tables[1].begin(), tables[1].end());
+      std::rotate(tables[2].begin(), tables[2].begin() + 2, tables[2].end());
+      const int32_t* table_ptrs[3] = {tables[0].data(), tables[1].data(), tables[2].data()};
+      // (sequence, first position, token count) in batch order.
+      const int64_t parts[][3] = {{0, P - 7, 7}, {1, P - 1, 1}, {2, 0, 3}, {1, 2 * bs - 1, 2}};
+      std::vector<int64_t> positions;
+      std::vector<int32_t> seq_of;
+      for (const auto& part : parts) {
+        for (int64_t t = 0; t < part[2]; ++t) {
+          positions.push_back(part[1] + t);
+          seq_of.push_back(static_cast<int32_t>(part[0]));
+        }
+      }
+      const int64_t N = static_cast<int64_t>(positions.size());
+      const std::vector<float> q = RandomQueries(N, H, hd, ++seed);
+      const float scale = 1.0f / 8.0f;
+      std::vector<float> batch(q.size()), single(H * hd);
+      const PagedQueries queries{N, positions.data(), seq_of.data(), table_ptrs};
+      PagedAttentionBatchImpl(q.data(), queries, H, fx.cache(), scale, batch.data(), pool);
+      for (int64_t i = 0; i < N; ++i) {
+        PagedAttentionImpl(q.data() + i * H * hd, 1, positions[i], H, fx.cache(),
+                           table_ptrs[seq_of[i]], scale, single.data(), pool);
+        EXPECT_EQ(0, std::memcmp(single.data(), batch.data() + i * H * hd, H * hd * sizeof(float)))
+            << hwy::TargetName(HWY_TARGET) << " heads=" << H << " bs=" << bs << " query " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace moeserve::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -253,6 +295,7 @@ HWY_EXPORT_AND_TEST_P(PagedAttentionTargetTest, TestAttentionMatchesRef);
 HWY_EXPORT_AND_TEST_P(PagedAttentionTargetTest, TestSharpSoftmaxMatchesRef);
 HWY_EXPORT_AND_TEST_P(PagedAttentionTargetTest, TestMonotoneScoresAcrossTiles);
 HWY_EXPORT_AND_TEST_P(PagedAttentionTargetTest, TestBatchInvariance);
+HWY_EXPORT_AND_TEST_P(PagedAttentionTargetTest, TestBatchOfSequencesMatchesSingle);
 
 namespace {
 

@@ -48,6 +48,24 @@ class ModelCache {
   std::vector<LayerStorage> layers_;
 };
 
+// The flat token batch of one forward call: the new tokens of num_seqs sequences, each
+// sequence's tokens contiguous and at consecutive positions (a prefill chunk or a decode token),
+// with where each sequence's caches are. Arrays are the caller's (the engine keeps them
+// persistent across steps).
+struct TokenBatch {
+  int64_t num_tokens = 0;
+  const int32_t* tokens = nullptr;     // [num_tokens]
+  const int64_t* positions = nullptr;  // [num_tokens] absolute position of each token
+  const int32_t* seq_of = nullptr;     // [num_tokens] sequence index of each token
+  int64_t num_seqs = 0;
+  const int32_t* query_start = nullptr;          // [num_seqs + 1]: tokens of s are [qs[s], qs[s+1])
+  const int32_t* const* block_tables = nullptr;  // [num_seqs], each covering its positions
+  const int32_t* state_slots = nullptr;          // [num_seqs] GDN state slot of each sequence
+
+  int64_t seq_begin(int64_t s) const { return query_start[s]; }
+  int64_t seq_len(int64_t s) const { return query_start[s + 1] - query_start[s]; }
+};
+
 // The new tokens of one sequence in a forward call, and where its caches are.
 struct SequenceInput {
   const int32_t* tokens = nullptr;

@@ -1,5 +1,6 @@
 #include "model/causal_lm.h"
 
+#include <cstring>
 #include <thread>
 
 #include "kernels/matmul.h"
@@ -35,35 +36,81 @@ void CausalLm::EmbedRows(const int32_t* tokens, int64_t T, float* out) const {
   }
 }
 
-void CausalLm::Logits(const float* x, int64_t rows, std::vector<float>* logits) {
+namespace {
+
+template <typename T>
+T* Grow(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+  return v.data();
+}
+
+// The one-sequence batch of SequenceInput-style calls.
+struct OneSequence {
+  std::vector<int64_t> positions;
+  std::vector<int32_t> seq_of;
+  int32_t query_start[2];
+  const int32_t* block_table;
+  int32_t slot;
+  TokenBatch batch;
+
+  OneSequence(const int32_t* tokens, int64_t T, int64_t first_pos, const int32_t* table,
+              int32_t state_slot)
+      : positions(T), seq_of(T, 0), query_start{0, static_cast<int32_t>(T)}, block_table(table),
+        slot(state_slot) {
+    for (int64_t t = 0; t < T; ++t) positions[t] = first_pos + t;
+    batch = TokenBatch{T, tokens, positions.data(), seq_of.data(), 1, query_start, &block_table,
+                       &slot};
+  }
+};
+
+}  // namespace
+
+void CausalLm::Logits(const float* x, const int32_t* rows, int64_t num_rows) {
   const int64_t V = config_.vocab_size, H = config_.hidden_size;
-  logits->resize(rows * V);
-  kernels::MatMul(x, H, rows, weights_.lm_head_matrix(), logits->data(), V, pool_);
+  float* in = Grow(logits_in_, num_rows * H);
+  for (int64_t i = 0; i < num_rows; ++i) {
+    std::memcpy(in + i * H, x + static_cast<int64_t>(rows[i]) * H, H * sizeof(float));
+  }
+  kernels::MatMul(in, H, num_rows, weights_.lm_head_matrix(), Grow(logits_, num_rows * V), V,
+                  pool_);
   // Vocab-parallel ranks will gather their shards here.
+}
+
+void CausalLm::Reserve(int64_t max_tokens, int64_t max_logits_rows) {
+  const int64_t H = config_.hidden_size;
+  scratch_.Reserve(config_, max_tokens);
+  Grow(x_, max_tokens * H);
+  Grow(hidden_, max_tokens * H);
+  Grow(logits_in_, max_logits_rows * H);
+  Grow(logits_, max_logits_rows * config_.vocab_size);
+}
+
+void CausalLm::ForwardBatch(const TokenBatch& batch, ModelCache& cache, const int32_t* logits_rows,
+                            int64_t num_logits) {
+  const int64_t T = batch.num_tokens, H = config_.hidden_size;
+  CHECK_GT(T, 0);
+  float* x = Grow(x_, T * H);
+  EmbedRows(batch.tokens, T, x);
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    DecoderLayer(Context(i), weights_.layers[i], batch, x, cache);
+  }
+  float* hidden = Grow(hidden_, T * H);
+  RmsNormRows(x, T, H, weights_.final_norm, static_cast<float>(config_.rms_norm_eps), hidden);
+  Context(config_.num_hidden_layers).Tap("final_norm", hidden, T, H);
+  if (num_logits > 0) Logits(hidden, logits_rows, num_logits);
 }
 
 void CausalLm::Forward(const SequenceInput& seq, ModelCache& cache, bool all_logits,
                        std::vector<float>* hidden, std::vector<float>* logits) {
-  const int64_t T = seq.num_tokens, H = config_.hidden_size;
+  const int64_t T = seq.num_tokens, H = config_.hidden_size, V = config_.vocab_size;
   CHECK_GT(T, 0);
-  x_.resize(T * H);
-  EmbedRows(seq.tokens, T, x_.data());
-  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-    const DecoderLayerWeights& w = weights_.layers[i];
-    const bool gdn = w.type == io::LayerType::kLinearAttention;
-    DecoderLayer(Context(i), w, x_.data(), T, seq.first_pos, gdn ? nullptr : &cache.kv(i),
-                 seq.block_table, gdn ? cache.conv_state(i, seq.state_slot) : nullptr,
-                 gdn ? cache.recurrent_state(i, seq.state_slot) : nullptr);
-  }
-  hidden_.resize(T * H);
-  RmsNormRows(x_.data(), T, H, weights_.final_norm, static_cast<float>(config_.rms_norm_eps),
-              hidden_.data());
-  Context(config_.num_hidden_layers).Tap("final_norm", hidden_.data(), T, H);
-  if (hidden != nullptr) *hidden = hidden_;
-  if (logits != nullptr) {
-    const int64_t first_row = all_logits ? 0 : T - 1;
-    Logits(hidden_.data() + first_row * H, T - first_row, logits);
-  }
+  const OneSequence one(seq.tokens, T, seq.first_pos, seq.block_table, seq.state_slot);
+  std::vector<int32_t> rows;
+  for (int64_t t = all_logits ? 0 : T - 1; t < T; ++t) rows.push_back(static_cast<int32_t>(t));
+  const int64_t num_logits = logits != nullptr ? static_cast<int64_t>(rows.size()) : 0;
+  ForwardBatch(one.batch, cache, rows.data(), num_logits);
+  if (hidden != nullptr) hidden->assign(hidden_.begin(), hidden_.begin() + T * H);
+  if (logits != nullptr) logits->assign(logits_.begin(), logits_.begin() + num_logits * V);
 }
 
 void CausalLm::MtpForward(const float* hidden, const int32_t* next_tokens, int64_t T,
@@ -71,29 +118,32 @@ void CausalLm::MtpForward(const float* hidden, const int32_t* next_tokens, int64
                           std::vector<float>* mtp_hidden, std::vector<float>* logits) {
   CHECK(has_mtp()) << "the model has no MTP head";
   const MtpWeights& mtp = weights_.mtp;
-  const int64_t H = config_.hidden_size;
+  const int64_t H = config_.hidden_size, V = config_.vocab_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   // u = fc([norm(embedding of the next token) ; norm(hidden)]), the embedding half first.
-  mtp_in_.resize(T * 2 * H);
-  std::vector<float>& embedded = scratch_.normed;
-  embedded.resize(T * H);
-  EmbedRows(next_tokens, T, embedded.data());
+  float* u = Grow(mtp_in_, T * 2 * H);
+  float* embedded = Grow(scratch_.normed, T * H);
+  EmbedRows(next_tokens, T, embedded);
   for (int64_t t = 0; t < T; ++t) {
-    kernels::RmsNorm(embedded.data() + t * H, mtp.pre_fc_norm_embedding.data(), eps,
-                     mtp_in_.data() + t * 2 * H, H);
-    kernels::RmsNorm(hidden + t * H, mtp.pre_fc_norm_hidden.data(), eps,
-                     mtp_in_.data() + t * 2 * H + H, H);
+    kernels::RmsNorm(embedded + t * H, mtp.pre_fc_norm_embedding.data(), eps, u + t * 2 * H, H);
+    kernels::RmsNorm(hidden + t * H, mtp.pre_fc_norm_hidden.data(), eps, u + t * 2 * H + H, H);
   }
-  x_.resize(T * H);
-  kernels::MatMul(mtp_in_.data(), 2 * H, T, mtp.fc.view(), x_.data(), H, pool_);
+  float* x = Grow(x_, T * H);
+  kernels::MatMul(u, 2 * H, T, mtp.fc.view(), x, H, pool_);
   // One MTP layer per draft step in vLLM (spec_step_idx % num_mtp_layers); the first pass and the
-  // chained steps of the released models use layer 0.
-  DecoderLayer(Context(config_.num_hidden_layers), mtp.layers[0], x_.data(), T, first_pos,
-               &cache.kv(config_.num_hidden_layers), block_table, nullptr, nullptr);
-  hidden_.resize(T * H);
-  RmsNormRows(x_.data(), T, H, mtp.norm, eps, hidden_.data());
-  if (mtp_hidden != nullptr) *mtp_hidden = hidden_;
-  if (logits != nullptr) Logits(hidden_.data(), T, logits);
+  // chained steps of the released models use layer 0, whose KV cache is cache layer
+  // num_hidden_layers.
+  const OneSequence one(next_tokens, T, first_pos, block_table, 0);
+  DecoderLayer(Context(config_.num_hidden_layers), mtp.layers[0], one.batch, x, cache);
+  float* out = Grow(hidden_, T * H);
+  RmsNormRows(x, T, H, mtp.norm, eps, out);
+  if (mtp_hidden != nullptr) mtp_hidden->assign(out, out + T * H);
+  if (logits != nullptr) {
+    std::vector<int32_t> rows(T);
+    for (int64_t t = 0; t < T; ++t) rows[t] = static_cast<int32_t>(t);
+    Logits(out, rows.data(), T);
+    logits->assign(logits_.begin(), logits_.begin() + T * V);
+  }
 }
 
 }  // namespace moeserve::model

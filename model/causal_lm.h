@@ -1,5 +1,5 @@
 // CausalLm: a loaded decoder-only model — Qwen3-Next, Qwen3.5-MoE, Qwen3-MoE, Qwen3, Llama —
-// and its forward pass over one sequence's new tokens, plus the MTP draft head.
+// and its forward pass over a flat batch of many sequences' new tokens, plus the MTP draft head.
 #pragma once
 
 #include <memory>
@@ -34,7 +34,20 @@ class CausalLm {
   bool has_mtp() const { return !weights_.mtp.layers.empty(); }
   void set_activation_tap(ActivationTap tap) { tap_ = std::move(tap); }
 
-  // Runs the sequence's new tokens through the decoder, reading and extending `cache`.
+  // Plans every buffer of a forward call for batches of up to max_tokens tokens and
+  // max_logits_rows logits rows, so that such calls allocate nothing.
+  void Reserve(int64_t max_tokens, int64_t max_logits_rows);
+
+  // Runs the batch's tokens through the decoder, reading and extending `cache`. Afterwards
+  // hidden() holds the final-normed hidden states [T, H] (what lm_head and the MTP head read) and
+  // logits() the logits [num_logits, vocab] of rows logits_rows[0 .. num_logits) only (the rows
+  // that are sampled). A token's results are bit-identical whatever else is in the batch.
+  void ForwardBatch(const TokenBatch& batch, ModelCache& cache, const int32_t* logits_rows,
+                    int64_t num_logits);
+  const float* hidden() const { return hidden_.data(); }
+  const float* logits() const { return logits_.data(); }
+
+  // One sequence's new tokens through ForwardBatch, reading and extending `cache`.
   // hidden (if non-null) receives the final-normed hidden states [T, H] (what lm_head and the
   // MTP head read); logits receives [rows, vocab] for the last token only, or for every token
   // when all_logits.
@@ -53,8 +66,8 @@ class CausalLm {
  private:
   LayerContext Context(int64_t layer);
   void EmbedRows(const int32_t* tokens, int64_t T, float* out) const;
-  // logits [rows, V] = rows of x [*, H] times lm_head.
-  void Logits(const float* x, int64_t rows, std::vector<float>* logits);
+  // logits_ [num_rows, V] = rows rows[i] of x [*, H] times lm_head.
+  void Logits(const float* x, const int32_t* rows, int64_t num_rows);
 
   io::ModelConfig config_;
   ModelWeights weights_;
@@ -62,7 +75,7 @@ class CausalLm {
   parallel::SingleRankCommunicator comm_;
   Scratch scratch_;
   ActivationTap tap_;
-  std::vector<float> x_, hidden_, mtp_in_;
+  std::vector<float> x_, hidden_, mtp_in_, logits_in_, logits_;
 };
 
 }  // namespace moeserve::model

@@ -50,10 +50,11 @@ void RmsNormRows(const float* x, int64_t T, int64_t n, const std::vector<float>&
   for (int64_t t = 0; t < T; ++t) kernels::RmsNorm(x + t * n, w.data(), eps, y + t * n, n);
 }
 
-void GatedDeltaNet(const LayerContext& ctx, const GdnWeights& w, const float* x, int64_t T,
-                   int64_t first_pos, float* conv_state, float* S, float* out) {
+void GatedDeltaNet(const LayerContext& ctx, const GdnWeights& w, const TokenBatch& batch,
+                   const float* x, ModelCache& cache, float* out) {
   const io::ModelConfig& c = ctx.config;
   Scratch& s = ctx.scratch;
+  const int64_t T = batch.num_tokens;
   const int64_t H = c.hidden_size, nk = c.linear_num_key_heads, nv = c.linear_num_value_heads;
   const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim, r = nv / nk;
   const int64_t key_dim = nk * dk, value_dim = nv * dv, conv_dim = 2 * key_dim + value_dim;
@@ -66,13 +67,20 @@ void GatedDeltaNet(const LayerContext& ctx, const GdnWeights& w, const float* x,
   kernels::MatMul(x, H, T, w.in_proj_qkvz.view(), proj, cols, ctx.pool);
   kernels::MatMul(x, H, T, w.in_proj_ba.view(), gates, 2 * nv, ctx.pool);
 
-  // Per token: causal conv + SiLU over [q | k | v] (in place), l2norm of q (scaled by
-  // 1/sqrt(dk)) and k per key head, beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias).
+  // Per token: causal conv + SiLU over [q | k | v] (in place, through its sequence's conv
+  // window), l2norm of q (scaled by 1/sqrt(dk)) and k per key head, beta = sigmoid(b),
+  // g = -exp(A_log) softplus(a + dt_bias).
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  for (int64_t seq = 0; seq < batch.num_seqs; ++seq) {
+    float* conv_state = cache.conv_state(ctx.layer, batch.state_slots[seq]);
+    for (int64_t t = batch.seq_begin(seq); t < batch.seq_begin(seq + 1); ++t) {
+      float* row = proj + t * cols;
+      kernels::CausalConv1dSiluStep(row, conv_state, w.conv.data(), conv_dim,
+                                    c.linear_conv_kernel_dim, row);
+    }
+  }
   for (int64_t t = 0; t < T; ++t) {
     float* row = proj + t * cols;
-    kernels::CausalConv1dSiluStep(row, conv_state, w.conv.data(), conv_dim,
-                                  c.linear_conv_kernel_dim, row);
     for (int64_t g = 0; g < nk; ++g) {
       kernels::L2Normalize(row + g * dk, kL2NormEps, q_scale, dk);
       kernels::L2Normalize(row + key_dim + g * dk, kL2NormEps, 1.0f, dk);
@@ -85,24 +93,27 @@ void GatedDeltaNet(const LayerContext& ctx, const GdnWeights& w, const float* x,
     }
   }
 
-  // The delta rule per value head (value head h reads key head h / r): one recurrent step for a
-  // single token, else the chunked form over chunks aligned to absolute multiples of 64, so the
-  // arithmetic does not depend on how a prompt is split across calls.
+  // The delta rule per (sequence, value head) (value head h reads key head h / r): one
+  // recurrent step for a single token, else the chunked form over chunks aligned to absolute
+  // multiples of 64, so the arithmetic does not depend on how a prompt is split across steps.
   float* core = Grow(s.core, T * value_dim);
-  ctx.pool.ParallelFor(nv, [&](size_t head, size_t) {
-    const int64_t h = static_cast<int64_t>(head);
-    float* Sh = S + h * dk * dv;
-    const float* q = proj + (h / r) * dk;
-    const float* k = proj + key_dim + (h / r) * dk;
-    const float* v = proj + 2 * key_dim + h * dv;
-    float* o = core + h * dv;
+  ctx.pool.ParallelFor(batch.num_seqs * nv, [&](size_t task, size_t) {
+    const int64_t seq = static_cast<int64_t>(task) / nv, h = static_cast<int64_t>(task) % nv;
+    const int64_t begin = batch.seq_begin(seq), len_seq = batch.seq_len(seq);
+    const int64_t first_pos = batch.positions[begin];
+    float* Sh = cache.recurrent_state(ctx.layer, batch.state_slots[seq]) + h * dk * dv;
+    const float* q = proj + begin * cols + (h / r) * dk;
+    const float* k = proj + begin * cols + key_dim + (h / r) * dk;
+    const float* v = proj + begin * cols + 2 * key_dim + h * dv;
+    const float* gate_rows = gates + begin * 2 * nv;
+    float* o = core + begin * value_dim + h * dv;
     float g[kernels::kGdnChunkSize], beta[kernels::kGdnChunkSize];
-    for (int64_t t0 = 0; t0 < T;) {
-      const int64_t len =
-          std::min(T - t0, kernels::kGdnChunkSize - (first_pos + t0) % kernels::kGdnChunkSize);
+    for (int64_t t0 = 0; t0 < len_seq;) {
+      const int64_t len = std::min(
+          len_seq - t0, kernels::kGdnChunkSize - (first_pos + t0) % kernels::kGdnChunkSize);
       for (int64_t i = 0; i < len; ++i) {
-        beta[i] = gates[(t0 + i) * 2 * nv + h];
-        g[i] = gates[(t0 + i) * 2 * nv + nv + h];
+        beta[i] = gate_rows[(t0 + i) * 2 * nv + h];
+        g[i] = gate_rows[(t0 + i) * 2 * nv + nv + h];
       }
       if (len == 1) {
         kernels::GatedDeltaRuleStep(Sh, q + t0 * cols, k + t0 * cols, v + t0 * cols, g[0],
@@ -128,11 +139,11 @@ void GatedDeltaNet(const LayerContext& ctx, const GdnWeights& w, const float* x,
   ctx.comm.AllReduceSum(out, T * H);
 }
 
-void Attention(const LayerContext& ctx, const AttentionWeights& w, const float* x, int64_t T,
-               int64_t first_pos, const kernels::PagedKvCache& cache, const int32_t* block_table,
-               float* out) {
+void Attention(const LayerContext& ctx, const AttentionWeights& w, const TokenBatch& batch,
+               const float* x, const kernels::PagedKvCache& kv, float* out) {
   const io::ModelConfig& c = ctx.config;
   Scratch& s = ctx.scratch;
+  const int64_t T = batch.num_tokens;
   const int64_t H = c.hidden_size, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
   const int64_t hd = c.head_dim, rot = c.rotary_dim;
   const bool gated = c.attn_output_gate;
@@ -161,21 +172,21 @@ void Attention(const LayerContext& ctx, const AttentionWeights& w, const float* 
     if (!w.k_norm.empty()) {
       for (int64_t h = 0; h < nkv; ++h) kernels::RmsNorm(k + h * hd, w.k_norm.data(), eps, k + h * hd, hd);
     }
-    const int64_t pos = first_pos + t;
+    const int64_t pos = batch.positions[t];
     kernels::RopeCosSin(pos, c.rope_theta, rot, cos, sin);
     kernels::ApplyRope(qt, nh, hd, rot, cos, sin);
     kernels::ApplyRope(k, nkv, hd, rot, cos, sin);
+    const int32_t* block_table = batch.block_tables[batch.seq_of[t]];
     for (int64_t h = 0; h < nkv; ++h) {
-      std::memcpy(kernels::KvRow(cache.k, cache, block_table, pos, h), k + h * hd,
-                  hd * sizeof(float));
-      std::memcpy(kernels::KvRow(cache.v, cache, block_table, pos, h), v + h * hd,
-                  hd * sizeof(float));
+      std::memcpy(kernels::KvRow(kv.k, kv, block_table, pos, h), k + h * hd, hd * sizeof(float));
+      std::memcpy(kernels::KvRow(kv.v, kv, block_table, pos, h), v + h * hd, hd * sizeof(float));
     }
   }
 
   float* attn = Grow(s.attn, T * nh * hd);
-  kernels::PagedAttention(q, T, first_pos, nh, cache, block_table,
-                          1.0f / std::sqrt(static_cast<float>(hd)), attn, ctx.pool);
+  const kernels::PagedQueries queries{T, batch.positions, batch.seq_of, batch.block_tables};
+  kernels::PagedAttentionBatch(q, queries, nh, kv, 1.0f / std::sqrt(static_cast<float>(hd)), attn,
+                               ctx.pool);
   if (gated) kernels::MulSigmoid(attn, gate, T * nh * hd);
   kernels::MatMul(attn, nh * hd, T, w.o_proj.view(), out, H, ctx.pool);
   AddBias(out, T, w.o_bias);
@@ -204,17 +215,21 @@ void SparseMoe(const LayerContext& ctx, const MoeWeights& w, const float* x, int
   }
   ctx.Tap("router_probs", probs, T, E);
 
-  // Group the (token, choice) pairs by expert, so each expert's weights are read once for all
-  // its tokens; experts run in ascending id, so every token sums its experts in that order.
-  s.expert_tokens.resize(E);
-  for (auto& list : s.expert_tokens) list.clear();
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t j = 0; j < k; ++j) s.expert_tokens[ids[t * k + j]].push_back(t * k + j);
-  }
+  // Group the batch's (token, choice) pairs by expert (a counting sort), so each expert's weights
+  // are read once per step for all tokens routed to it; experts run in ascending id, so every
+  // token sums its experts in that order, whatever else is in the batch.
+  int32_t* offsets = Grow(s.expert_offsets, E + 1);
+  int32_t* sorted = Grow(s.expert_pairs, T * k);
+  std::fill(offsets, offsets + E + 1, 0);
+  for (int64_t p = 0; p < T * k; ++p) ++offsets[ids[p] + 1];
+  for (int64_t e = 0; e < E; ++e) offsets[e + 1] += offsets[e];
+  for (int64_t p = 0; p < T * k; ++p) sorted[offsets[ids[p]]++] = static_cast<int32_t>(p);
+  for (int64_t e = E; e > 0; --e) offsets[e] = offsets[e - 1];  // back to starts
+  offsets[0] = 0;
   std::memset(out, 0, T * H * sizeof(float));
   for (int64_t e = 0; e < E; ++e) {
-    const std::vector<int32_t>& pairs = s.expert_tokens[e];
-    const int64_t n = static_cast<int64_t>(pairs.size());
+    const int32_t* pairs = sorted + offsets[e];
+    const int64_t n = offsets[e + 1] - offsets[e];
     if (n == 0) continue;
     float* in = Grow(s.expert_in, n * H);
     for (int64_t i = 0; i < n; ++i) {
@@ -246,10 +261,9 @@ void SwiGluMlp(const LayerContext& ctx, const SwiGluWeights& w, const float* x, 
   ctx.comm.AllReduceSum(out, T * ctx.config.hidden_size);
 }
 
-void DecoderLayer(const LayerContext& ctx, const DecoderLayerWeights& w, float* x, int64_t T,
-                  int64_t first_pos, const kernels::PagedKvCache* kv, const int32_t* block_table,
-                  float* conv_state, float* S) {
-  const int64_t H = ctx.config.hidden_size;
+void DecoderLayer(const LayerContext& ctx, const DecoderLayerWeights& w, const TokenBatch& batch,
+                  float* x, ModelCache& cache) {
+  const int64_t T = batch.num_tokens, H = ctx.config.hidden_size;
   const float eps = static_cast<float>(ctx.config.rms_norm_eps);
   float* normed = Grow(ctx.scratch.normed, T * H);
   float* delta = Grow(ctx.scratch.delta, T * H);
@@ -257,10 +271,10 @@ void DecoderLayer(const LayerContext& ctx, const DecoderLayerWeights& w, float* 
   RmsNormRows(x, T, H, w.input_norm, eps, normed);
   ctx.Tap("input_norm", normed, T, H);
   if (w.type == io::LayerType::kLinearAttention) {
-    GatedDeltaNet(ctx, w.gdn, normed, T, first_pos, conv_state, S, delta);
+    GatedDeltaNet(ctx, w.gdn, batch, normed, cache, delta);
     ctx.Tap("gdn_out", delta, T, H);
   } else {
-    Attention(ctx, w.attention, normed, T, first_pos, *kv, block_table, delta);
+    Attention(ctx, w.attention, batch, normed, cache.kv(ctx.layer), delta);
     ctx.Tap("attn_out", delta, T, H);
   }
   kernels::Axpy(1.0f, delta, x, T * H);
@@ -276,6 +290,37 @@ void DecoderLayer(const LayerContext& ctx, const DecoderLayerWeights& w, float* 
   }
   kernels::Axpy(1.0f, delta, x, T * H);
   ctx.Tap("layer_out", x, T, H);
+}
+
+void Scratch::Reserve(const io::ModelConfig& c, int64_t max_tokens) {
+  const int64_t N = max_tokens, H = c.hidden_size;
+  const int64_t q_stride = c.attn_output_gate ? 2 * c.head_dim : c.head_dim;
+  const int64_t attn_cols =
+      c.num_attention_heads * q_stride + 2 * c.num_key_value_heads * c.head_dim;
+  const int64_t gdn_cols = c.linear_conv_dim() + c.linear_value_dim();
+  const int64_t head_floats = c.num_attention_heads * c.head_dim;
+  const int64_t k = c.num_experts_per_tok;
+  const int64_t mlp_width = std::max(c.moe_intermediate_size, c.intermediate_size);
+  Grow(normed, N * H);
+  Grow(delta, N * H);
+  Grow(proj, N * std::max(attn_cols, gdn_cols));
+  Grow(gates, N * 2 * c.linear_num_value_heads);
+  Grow(core, N * c.linear_value_dim());
+  Grow(heads, N * head_floats);
+  Grow(gate, N * head_floats);
+  Grow(attn, N * head_floats);
+  Grow(router, N * c.num_experts);
+  Grow(topk_ids, N * k);
+  Grow(topk_weights, N * k);
+  Grow(expert_offsets, c.num_experts + 1);
+  Grow(expert_pairs, N * k);
+  Grow(expert_in, N * H);  // an expert sees each token at most once
+  Grow(expert_out, N * H);
+  Grow(expert_mid, N * 2 * mlp_width);
+  Grow(shared_mid, N * 2 * c.shared_expert_intermediate_size);
+  Grow(shared_out, N * H);
+  Grow(rope_cos, c.rotary_dim / 2);
+  Grow(rope_sin, c.rotary_dim / 2);
 }
 
 }  // namespace moeserve::model
