@@ -94,12 +94,10 @@ HWY_INLINE void AccumulateValues(D d, const float* HWY_RESTRICT p, size_t n,
   }
 }
 
-// Per-thread buffers, grown on first use and then reused: one tile's scores (padded to whole
-// vectors) and the output accumulator [hd].
-struct Scratch {
-  std::vector<float> scores;
-  std::vector<float> acc;
-};
+// Stack buffers of AttendOne (no heap use on the decode path, on any thread): one tile's
+// scores, padded to whole vectors, and the output accumulator [hd].
+inline constexpr size_t kMaxBlockSize = 256;
+inline constexpr size_t kMaxHeadDim = 1024;
 
 // One (token, head): query qh [hd] against keys 0 .. num_keys-1 of `kv_head`, into out [hd].
 // Tiles are the cache blocks (keys [b * block_size, (b + 1) * block_size), the last one cut at
@@ -116,12 +114,10 @@ HWY_INLINE void AttendOne(D d, const float* HWY_RESTRICT qh, const PagedKvCache&
   const size_t bs = static_cast<size_t>(cache.block_size);
   const size_t num_kv_heads = static_cast<size_t>(cache.num_kv_heads);
 
-  thread_local Scratch scratch;
-  const size_t padded = (bs + N - 1) / N * N;
-  if (scratch.scores.size() < padded) scratch.scores.resize(padded);
-  if (scratch.acc.size() < hd) scratch.acc.resize(hd);
-  float* HWY_RESTRICT s = scratch.scores.data();
-  float* HWY_RESTRICT acc = scratch.acc.data();
+  HWY_ALIGN float scores[kMaxBlockSize + HWY_MAX_BYTES / sizeof(float)];
+  HWY_ALIGN float accumulator[kMaxHeadDim];
+  float* HWY_RESTRICT s = scores;
+  float* HWY_RESTRICT acc = accumulator;
 
   float m = -std::numeric_limits<float>::infinity();  // running max of the scores
   float l = 0.0f;                                     // running sum of exp(score - m)
@@ -172,7 +168,8 @@ inline void PagedAttentionImpl(const float* q, int64_t T, int64_t first_pos, int
                                float* out, ThreadPool& pool) {
   namespace hn = hwy::HWY_NAMESPACE;
   CHECK_GE(first_pos, 0);
-  CHECK_GT(cache.block_size, 0);
+  CHECK(cache.block_size > 0 && cache.block_size <= static_cast<int64_t>(attn::kMaxBlockSize));
+  CHECK(cache.head_dim > 0 && cache.head_dim <= static_cast<int64_t>(attn::kMaxHeadDim));
   CHECK_GT(cache.num_kv_heads, 0);
   CHECK_EQ(num_heads % cache.num_kv_heads, 0);
   if (T <= 0 || num_heads <= 0) return;
@@ -194,7 +191,8 @@ inline void PagedAttentionBatchImpl(const float* q, const PagedQueries& queries,
                                     int64_t num_heads, const PagedKvCache& cache, float scale,
                                     float* out, ThreadPool& pool) {
   namespace hn = hwy::HWY_NAMESPACE;
-  CHECK_GT(cache.block_size, 0);
+  CHECK(cache.block_size > 0 && cache.block_size <= static_cast<int64_t>(attn::kMaxBlockSize));
+  CHECK(cache.head_dim > 0 && cache.head_dim <= static_cast<int64_t>(attn::kMaxHeadDim));
   CHECK_GT(cache.num_kv_heads, 0);
   CHECK_EQ(num_heads % cache.num_kv_heads, 0);
   if (queries.num_tokens <= 0 || num_heads <= 0) return;

@@ -11,7 +11,8 @@ namespace moeserve::kernels {
 // One layer's KV cache: a pool of blocks, each holding block_size token positions.
 // k and v: [num_blocks][num_kv_heads][block_size][head_dim] f32, so that one head's keys of a
 // block are contiguous. Logical block b of a sequence is physical block block_table[b]; position
-// p lives in slot p % block_size of logical block p / block_size.
+// p lives in slot p % block_size of logical block p / block_size. Limits of the kernels (their
+// buffers live on the stack): block_size <= 256, head_dim <= 1024.
 struct PagedKvCache {
   float* k;
   float* v;

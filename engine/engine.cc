@@ -1,0 +1,135 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "kernels/gated_delta_rule.h"
+
+namespace moeserve::engine {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// Default KV cache cap, as vLLM's CPU backend (VLLM_CPU_KVCACHE_SPACE).
+constexpr double kDefaultKvCacheGiB = 4.0;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Bytes one KV block takes over every full-attention layer (MTP layers included): K and V, f32.
+int64_t KvBytesPerBlock(const io::ModelConfig& c, int64_t block_size) {
+  int64_t attention_layers = c.num_mtp_layers;
+  for (io::LayerType type : c.layer_types) {
+    attention_layers += type == io::LayerType::kFullAttention ? 1 : 0;
+  }
+  return 2 * block_size * c.num_key_value_heads * c.head_dim *
+         static_cast<int64_t>(sizeof(float)) * std::max<int64_t>(attention_layers, 1);
+}
+
+Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig& e) {
+  if (e.max_num_seqs < 1) return InvalidArgument("--max-num-seqs must be >= 1 (got {})", e.max_num_seqs);
+  if (e.max_num_batched_tokens < 1) {
+    return InvalidArgument("--max-num-batched-tokens must be >= 1 (got {})",
+                           e.max_num_batched_tokens);
+  }
+  if (e.block_size < 1 || e.block_size > 256) {
+    return InvalidArgument("--block-size must be in [1, 256] (got {})", e.block_size);
+  }
+  if (e.kv_cache_memory_gib < 0) {
+    return InvalidArgument("--kv-cache-memory must be > 0 GiB (got {})", e.kv_cache_memory_gib);
+  }
+  if (e.long_prefill_token_threshold < 0) {
+    return InvalidArgument("--long-prefill-token-threshold must be >= 0 (got {})",
+                           e.long_prefill_token_threshold);
+  }
+  EngineLayout l;
+  l.block_size = e.block_size;
+  l.max_model_len = e.max_model_len > 0 ? e.max_model_len : c.max_position_embeddings;
+  if (e.max_model_len < 0 || l.max_model_len > c.max_position_embeddings) {
+    return InvalidArgument("--max-model-len {} is outside [1, {}] (the model's "
+                           "max_position_embeddings)",
+                           e.max_model_len, c.max_position_embeddings);
+  }
+  // Hybrid models: prefill chunks end at multiples of the GDN chunk (batch invariance), so the
+  // token budget must hold at least one such chunk; their recurrent state cannot be rebuilt from
+  // KV blocks, so no prefix caching (docs/engine.md).
+  l.prefill_alignment = c.is_hybrid() ? kernels::kGdnChunkSize : 1;
+  if (e.max_num_batched_tokens < l.prefill_alignment) {
+    return InvalidArgument("--max-num-batched-tokens {} is below {}, the prefill chunk alignment "
+                           "of this hybrid model",
+                           e.max_num_batched_tokens, l.prefill_alignment);
+  }
+  l.prefix_caching = e.enable_prefix_caching && !c.is_hybrid();
+  l.num_state_slots = c.is_hybrid() ? e.max_num_seqs : 0;
+
+  const int64_t per_block = KvBytesPerBlock(c, e.block_size);
+  const int64_t blocks_per_request = CeilDiv(l.max_model_len, e.block_size);
+  if (e.kv_cache_memory_gib > 0) {
+    l.num_blocks = static_cast<int64_t>(e.kv_cache_memory_gib * kGiB / per_block);
+  } else {
+    l.num_blocks = std::min(e.max_num_seqs * blocks_per_request,
+                            static_cast<int64_t>(kDefaultKvCacheGiB * kGiB / per_block));
+  }
+  if (l.num_blocks < blocks_per_request) {
+    return InvalidArgument(
+        "the KV cache ({} blocks, {:.3f} GiB) cannot hold one request of --max-model-len {} "
+        "({:.3f} GiB); raise --kv-cache-memory or lower --max-model-len",
+        l.num_blocks, l.num_blocks * per_block / kGiB, l.max_model_len,
+        blocks_per_request * per_block / kGiB);
+  }
+  l.kv_bytes = l.num_blocks * per_block;
+  return l;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::Create(model::CausalLm& model, const EngineConfig& config) {
+  ASSIGN_OR_RETURN(EngineLayout layout, ResolveLayout(model.config(), config));
+  const int64_t blocks_per_request = CeilDiv(layout.max_model_len, layout.block_size);
+  SchedulerConfig scheduler{config.max_num_seqs, config.max_num_batched_tokens,
+                            layout.max_model_len, layout.prefill_alignment,
+                            config.long_prefill_token_threshold};
+  KvCacheConfig cache{layout.num_blocks, layout.block_size, layout.num_state_slots,
+                      blocks_per_request, layout.prefix_caching};
+  RunnerConfig runner{model::CacheSizes{layout.num_blocks, layout.block_size,
+                                        std::max<int64_t>(layout.num_state_slots, 1)},
+                      config.max_num_seqs, config.max_num_batched_tokens, blocks_per_request};
+  return std::make_unique<Engine>(model, layout, scheduler, cache, runner);
+}
+
+Engine::Engine(model::CausalLm& model, const EngineLayout& layout, const SchedulerConfig& scheduler,
+               const KvCacheConfig& cache, const RunnerConfig& runner)
+    : model_(model),
+      layout_(layout),
+      cache_manager_(cache),
+      scheduler_(scheduler, cache_manager_),
+      runner_(std::make_unique<ModelRunner>(model, runner)) {
+  layout_.state_bytes = runner_->cache().state_bytes();
+}
+
+Result<int64_t> Engine::AddRequest(std::vector<int32_t> prompt, StopConditions stop) {
+  const int64_t vocab = model_.config().vocab_size;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= vocab) {
+      return InvalidArgument("prompt token {} (at {}) is outside the vocabulary [0, {})",
+                             prompt[i], i, vocab);
+    }
+  }
+  if (stop.eos_token_ids.empty()) {
+    for (int64_t id : model_.config().eos_token_ids) {
+      stop.eos_token_ids.push_back(static_cast<int32_t>(id));
+    }
+  }
+  auto request = std::make_unique<Request>();
+  request->id = next_id_;
+  request->prompt_token_ids = std::move(prompt);
+  request->stop = std::move(stop);
+  RETURN_IF_ERROR(scheduler_.AddRequest(std::move(request)));
+  return next_id_++;
+}
+
+const std::vector<Request*>& Engine::Step() {
+  const SchedulerOutput& out = scheduler_.Schedule();
+  last_schedule_ = &out;
+  const int32_t* sampled = runner_->Execute(out);
+  return scheduler_.Update(out, sampled);
+}
+
+}  // namespace moeserve::engine

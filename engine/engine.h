@@ -1,0 +1,95 @@
+// Engine: the in-process LLM engine -- requests in, tokens out, one step at a time. It wires the
+// Scheduler (what runs), the KvCacheManager (which cache it holds) and the ModelRunner (the
+// forward and greedy sampling) over a loaded CausalLm. Callers (generate, bench latency, the
+// server's engine thread) add requests, call Step() until nothing is unfinished, and read each
+// request's tokens as they arrive.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/check.h"
+#include "core/status.h"
+#include "engine/kv_cache_manager.h"
+#include "engine/model_runner.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "model/causal_lm.h"
+
+namespace moeserve::engine {
+
+// vLLM's engine arguments that size and shape the engine (CLI.md). Zero means "derive".
+struct EngineConfig {
+  int64_t max_num_seqs = 64;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t max_model_len = 0;        // 0: the model's max_position_embeddings
+  double kv_cache_memory_gib = 0;   // 0: enough for max_num_seqs full-length requests, <= 4 GiB
+  int64_t block_size = 16;
+  bool enable_prefix_caching = true;  // attention-only models; hybrid models run without it
+  int64_t long_prefill_token_threshold = 0;
+};
+
+// What a configuration resolved to, for logs and tests.
+struct EngineLayout {
+  int64_t max_model_len = 0;
+  int64_t num_blocks = 0;
+  int64_t block_size = 0;
+  int64_t num_state_slots = 0;
+  int64_t kv_bytes = 0;
+  int64_t state_bytes = 0;
+  int64_t prefill_alignment = 1;
+  bool prefix_caching = false;
+};
+
+class Engine {
+ public:
+  // Validates the config against the model (a bad value is an InvalidArgument naming it) and
+  // allocates the cache.
+  static Result<std::unique_ptr<Engine>> Create(model::CausalLm& model, const EngineConfig& config);
+
+  const EngineLayout& layout() const { return layout_; }
+  const model::CausalLm& model() const { return model_; }
+
+  // Queues a request; returns its id. EOS ids default to the model config's. Rejects (naming the
+  // problem) an empty prompt, token ids outside the vocabulary, a prompt longer than
+  // max_model_len, max_tokens < 1.
+  Result<int64_t> AddRequest(std::vector<int32_t> prompt, StopConditions stop);
+
+  // Aborts a request in any state, freeing its cache. False if unknown or already finished.
+  bool Abort(int64_t id) { return scheduler_.Abort(id); }
+
+  // One engine step: schedule, forward, sample, update. Returns the requests that received a
+  // token this step (finished ones included), valid until the next Step.
+  const std::vector<Request*>& Step();
+
+  // A request by id (finished ones stay until Release).
+  const Request* Find(int64_t id) const { return scheduler_.Find(id); }
+  void Release(int64_t id) { scheduler_.Release(id); }
+
+  bool HasUnfinished() const { return scheduler_.HasUnfinished(); }
+  int64_t num_running() const { return scheduler_.num_running(); }
+  int64_t num_waiting() const { return scheduler_.num_waiting(); }
+  double kv_cache_usage() const { return cache_manager_.usage(); }
+  const KvCacheManager& cache_manager() const { return cache_manager_; }
+  const ModelRunner& runner() const { return *runner_; }
+  // The last step's scheduler output (for tests and traces); only after a Step.
+  const SchedulerOutput& last_schedule() const {
+    CHECK(last_schedule_ != nullptr) << "no step yet";
+    return *last_schedule_;
+  }
+
+  Engine(model::CausalLm& model, const EngineLayout& layout, const SchedulerConfig& scheduler,
+         const KvCacheConfig& cache, const RunnerConfig& runner);
+
+ private:
+  model::CausalLm& model_;
+  EngineLayout layout_;
+  KvCacheManager cache_manager_;
+  Scheduler scheduler_;
+  std::unique_ptr<ModelRunner> runner_;
+  int64_t next_id_ = 0;
+  const SchedulerOutput* last_schedule_ = nullptr;
+};
+
+}  // namespace moeserve::engine

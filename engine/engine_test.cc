@@ -1,0 +1,416 @@
+// The engine over real models: the hybrid golden model (../shared/testdata/tiny-qwen3next) and an
+// attention-only Qwen3-MoE made by `moeserve make-model`. Batch invariance (bit for bit), paged
+// results against the single-sequence forward, chunked prefill, preemption and recompute, prefix
+// caching, abort, and zero heap allocations per steady decode step.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <new>
+#include <execinfo.h>
+#include <random>
+
+#include <fmt/format.h>
+
+// Counting global allocator: every operator new in this binary, on any thread, bumps the
+// counter while g_counting is set.
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<int64_t> g_allocations{0};
+
+void* CountedAlloc(std::size_t size, std::size_t align) {
+  if (g_counting.load(std::memory_order_relaxed)) {
+    g_allocations.fetch_add(1);
+    // MOESERVE_TRACE_ALLOC=1 prints where (resolve with addr2line -f -C -e <binary> <offset>).
+    if (std::getenv("MOESERVE_TRACE_ALLOC") != nullptr) {
+      void* frames[32];
+      backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
+    }
+  }
+  void* p = align > alignof(std::max_align_t)
+                ? std::aligned_alloc(align, (size + align - 1) / align * align)
+                : std::malloc(size == 0 ? 1 : size);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+}  // namespace
+
+void* operator new(std::size_t size) { return CountedAlloc(size, 0); }
+void* operator new[](std::size_t size) { return CountedAlloc(size, 0); }
+void* operator new(std::size_t size, std::align_val_t align) {
+  return CountedAlloc(size, static_cast<std::size_t>(align));
+}
+void* operator new[](std::size_t size, std::align_val_t align) {
+  return CountedAlloc(size, static_cast<std::size_t>(align));
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+namespace moeserve::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kHybridDir = MOESERVE_SHARED_DIR "/testdata/tiny-qwen3next";
+
+std::unique_ptr<model::CausalLm> LoadModel(const std::string& dir) {
+  Result<std::unique_ptr<model::CausalLm>> lm = model::CausalLm::Load(dir, {.weight_dtype = std::nullopt, .threads = 2});
+  EXPECT_TRUE(lm.ok()) << lm.status().ToString();
+  return lm.ok() ? std::move(*lm) : nullptr;
+}
+
+// An attention-only MoE model (prefix caching applies), made once per test binary run.
+const std::string& Qwen3MoeDir() {
+  static const std::string dir = [] {
+    const fs::path path = fs::temp_directory_path() / fmt::format("moeserve_engine_{}", getpid());
+    const std::string cmd = fmt::format("{} make-model --arch qwen3_moe --preset tiny --seed 5 "
+                                        "--out {} 2>/dev/null",
+                                        MOESERVE_BINARY, path.string());
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    return path.string();
+  }();
+  return dir;
+}
+
+std::vector<int32_t> RandomPrompt(int64_t n, uint32_t seed, int64_t vocab) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> p(n);
+  for (int32_t& t : p) t = static_cast<int32_t>(rng() % (vocab - 4));
+  return p;
+}
+
+StopConditions Greedy(int64_t max_tokens) {
+  StopConditions stop;
+  stop.max_tokens = max_tokens;
+  stop.ignore_eos = true;
+  return stop;
+}
+
+// Everything a request produced: its tokens and the logits each was sampled from.
+struct Trace {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> logits;
+};
+
+// Runs the prompts through `engine` (all added at once, or one more every `stagger` steps) to
+// the end; returns each request's trace by prompt index. Checks block accounting returns to 0.
+std::vector<Trace> RunAll(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
+                          int64_t max_tokens, int64_t stagger = 0,
+                          int64_t* preemptions = nullptr) {
+  std::map<int64_t, size_t> index_of;
+  std::vector<Trace> traces(prompts.size());
+  size_t added = 0;
+  auto add = [&] {
+    Result<int64_t> id = engine.AddRequest(prompts[added], Greedy(max_tokens));
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    index_of[*id] = added++;
+  };
+  if (stagger == 0) {
+    while (added < prompts.size()) add();
+  } else {
+    add();
+  }
+  int64_t step = 0;
+  while (engine.HasUnfinished() || added < prompts.size()) {
+    if (stagger > 0 && added < prompts.size() && step % stagger == stagger - 1) add();
+    engine.Step();
+    ++step;
+    const SchedulerOutput& out = engine.last_schedule();
+    if (preemptions != nullptr) *preemptions += static_cast<int64_t>(out.preempted_ids.size());
+    for (size_t i = 0; i < out.scheduled.size(); ++i) {
+      const float* logits = engine.runner().logits_of(static_cast<int64_t>(i));
+      if (logits == nullptr) continue;
+      Trace& t = traces[index_of.at(out.scheduled[i].request->id)];
+      const Request* r = engine.Find(out.scheduled[i].request->id);
+      t.tokens.push_back(r->output_token_ids.back());
+      t.logits.emplace_back(logits, logits + engine.model().config().vocab_size);
+    }
+    EXPECT_LT(step, 100000) << "engine does not finish";
+  }
+  for (const auto& [id, index] : index_of) {
+    const Request* r = engine.Find(id);
+    EXPECT_EQ(r->output_token_ids, traces[index].tokens);
+    engine.Release(id);
+  }
+  EXPECT_EQ(engine.cache_manager().num_used_blocks(), 0);
+  EXPECT_EQ(engine.cache_manager().num_used_state_slots(), 0);
+  return traces;
+}
+
+// The same request alone in a fresh engine of the same configuration.
+Trace RunAlone(model::CausalLm& lm, const EngineConfig& config, const std::vector<int32_t>& prompt,
+               int64_t max_tokens) {
+  Result<std::unique_ptr<Engine>> engine = Engine::Create(lm, config);
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  return RunAll(**engine, {prompt}, max_tokens)[0];
+}
+
+void ExpectBitIdentical(const Trace& got, const Trace& want, const std::string& what) {
+  ASSERT_EQ(got.tokens, want.tokens) << what;
+  ASSERT_EQ(got.logits.size(), want.logits.size()) << what;
+  for (size_t s = 0; s < want.logits.size(); ++s) {
+    EXPECT_EQ(0, std::memcmp(got.logits[s].data(), want.logits[s].data(),
+                             want.logits[s].size() * sizeof(float)))
+        << what << ": logits of output " << s << " differ";
+  }
+}
+
+double MaxRelError(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+  }
+  return diff / scale;
+}
+
+// Eight prompts of different lengths: short ones decode while long ones still prefill.
+std::vector<std::vector<int32_t>> EightPrompts(int64_t vocab) {
+  const int64_t lengths[] = {150, 7, 64, 1, 93, 130, 16, 40};
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 8; ++i) prompts.push_back(RandomPrompt(lengths[i], 100 + i, vocab));
+  return prompts;
+}
+
+TEST(EngineTest, SingleRequestMatchesTheSingleSequenceForward) {
+  auto lm = LoadModel(kHybridDir);
+  ASSERT_TRUE(lm);
+  const int64_t V = lm->config().vocab_size;
+  const std::vector<int32_t> prompt = RandomPrompt(150, 7, V);
+  const EngineConfig config{.max_num_seqs = 4, .max_num_batched_tokens = 256, .max_model_len = 256};
+  const Trace engine = RunAlone(*lm, config, prompt, 12);
+
+  // The model issue's path: one Forward over the prompt, then one per token.
+  model::ModelCache cache(lm->config(), model::CacheSizes{16, 16, 1});
+  std::vector<int32_t> table(16);
+  for (int i = 0; i < 16; ++i) table[i] = 15 - i;
+  std::vector<float> logits;
+  lm->Forward({prompt.data(), 150, 0, table.data(), 0}, cache, false, nullptr, &logits);
+  for (size_t s = 0; s < engine.tokens.size(); ++s) {
+    EXPECT_LE(MaxRelError(engine.logits[s], logits), 1e-6) << "output " << s;
+    const int32_t next = engine.tokens[s];
+    EXPECT_EQ(next, std::max_element(logits.begin(), logits.end()) - logits.begin());
+    lm->Forward({&next, 1, 150 + static_cast<int64_t>(s), table.data(), 0}, cache, false, nullptr,
+                &logits);
+  }
+}
+
+TEST(EngineTest, BatchedLogitsAreBitIdenticalToAlone) {
+  auto lm = LoadModel(kHybridDir);
+  ASSERT_TRUE(lm);
+  const auto prompts = EightPrompts(lm->config().vocab_size);
+  const EngineConfig config{.max_num_seqs = 8, .max_num_batched_tokens = 512, .max_model_len = 256};
+  std::vector<Trace> alone;
+  for (const auto& p : prompts) alone.push_back(RunAlone(*lm, config, p, 10));
+
+  // All at once, and arriving one every 3 steps (new prefills join running decodes).
+  for (int64_t stagger : {0, 3}) {
+    auto engine = Engine::Create(*lm, config);
+    ASSERT_TRUE(engine.ok());
+    const std::vector<Trace> batched = RunAll(**engine, prompts, 10, stagger);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ExpectBitIdentical(batched[i], alone[i], fmt::format("stagger {} request {}", stagger, i));
+    }
+  }
+}
+
+TEST(EngineTest, ChunkedPrefillUnderATightBudgetIsBitIdentical) {
+  auto lm = LoadModel(kHybridDir);
+  ASSERT_TRUE(lm);
+  const auto prompts = EightPrompts(lm->config().vocab_size);
+  const EngineConfig roomy{.max_num_seqs = 8, .max_num_batched_tokens = 512, .max_model_len = 256};
+  // 64 tokens a step: prompts are chunked at multiples of 64 and share steps with decodes.
+  const EngineConfig tight{.max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 256};
+  auto engine = Engine::Create(*lm, tight);
+  ASSERT_TRUE(engine.ok());
+  const std::vector<Trace> batched = RunAll(**engine, prompts, 8);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ExpectBitIdentical(batched[i], RunAlone(*lm, roomy, prompts[i], 8), fmt::format("request {}", i));
+  }
+}
+
+TEST(EngineTest, PreemptionRecomputesAndKeepsTheOutput) {
+  auto lm = LoadModel(kHybridDir);
+  ASSERT_TRUE(lm);
+  const int64_t V = lm->config().vocab_size;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) prompts.push_back(RandomPrompt(40 + 9 * i, 300 + i, V));
+  const EngineConfig roomy{.max_num_seqs = 8, .max_num_batched_tokens = 512, .max_model_len = 128};
+  // 8 blocks of 16 positions hold one full-length request but not six 60-token ones.
+  EngineConfig small = roomy;
+  auto probe = Engine::Create(*lm, roomy);
+  ASSERT_TRUE(probe.ok());
+  const double block_gib = static_cast<double>((*probe)->layout().kv_bytes) /
+                           (*probe)->layout().num_blocks / (1024.0 * 1024.0 * 1024.0);
+  small.kv_cache_memory_gib = 8.5 * block_gib;
+  auto engine = Engine::Create(*lm, small);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  ASSERT_EQ((*engine)->layout().num_blocks, 8);
+
+  int64_t preemptions = 0;
+  const std::vector<Trace> traces = RunAll(**engine, prompts, 20, 0, &preemptions);
+  EXPECT_GT(preemptions, 0) << "the test did not exercise preemption";
+  // A resumed request recomputes its outputs as a prefill (chunked delta rule instead of the
+  // recurrent steps), so its later logits match to rounding, not bit for bit.
+  double worst = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const Trace alone = RunAlone(*lm, roomy, prompts[i], 20);
+    EXPECT_EQ(traces[i].tokens, alone.tokens) << "request " << i;
+    for (size_t s = 0; s < alone.logits.size() && s < traces[i].logits.size(); ++s) {
+      worst = std::max(worst, MaxRelError(traces[i].logits[s], alone.logits[s]));
+    }
+  }
+  EXPECT_LE(worst, 1e-6);
+  std::printf("preemptions: %lld, worst logits error after recompute: %.3g\n",
+              static_cast<long long>(preemptions), worst);
+}
+
+TEST(EngineTest, AbortFreesEverything) {
+  auto lm = LoadModel(kHybridDir);
+  ASSERT_TRUE(lm);
+  const auto prompts = EightPrompts(lm->config().vocab_size);
+  auto engine = Engine::Create(*lm, {.max_num_seqs = 4, .max_num_batched_tokens = 128,
+                                     .max_model_len = 256});
+  ASSERT_TRUE(engine.ok());
+  std::vector<int64_t> ids;
+  for (const auto& p : prompts) ids.push_back(*(*engine)->AddRequest(p, Greedy(50)));
+  for (int s = 0; s < 4; ++s) (*engine)->Step();
+  EXPECT_GT((*engine)->cache_manager().num_used_blocks(), 0);
+  for (int64_t id : ids) EXPECT_TRUE((*engine)->Abort(id));
+  EXPECT_FALSE((*engine)->Abort(ids[0]));
+  EXPECT_FALSE((*engine)->HasUnfinished());
+  EXPECT_EQ((*engine)->cache_manager().num_used_blocks(), 0);
+  EXPECT_EQ((*engine)->cache_manager().num_used_state_slots(), 0);
+  (*engine)->Step();  // the runner drops the aborted rows
+  EXPECT_EQ((*engine)->runner().num_rows_in_use(), 0);
+  for (int64_t id : ids) {
+    EXPECT_EQ((*engine)->Find(id)->finish_reason, FinishReason::kAbort);
+    (*engine)->Release(id);
+  }
+}
+
+TEST(EngineTest, SteadyDecodeStepsAllocateNothing) {
+  auto lm = LoadModel(kHybridDir);
+  ASSERT_TRUE(lm);
+  const auto prompts = EightPrompts(lm->config().vocab_size);
+  auto engine = Engine::Create(*lm, {.max_num_seqs = 8, .max_num_batched_tokens = 512,
+                                     .max_model_len = 256});
+  ASSERT_TRUE(engine.ok());
+  g_allocations = 0;
+  g_counting = true;
+  for (const auto& p : prompts) ASSERT_TRUE((*engine)->AddRequest(p, Greedy(60)).ok());
+  g_counting = false;
+  ASSERT_GT(g_allocations.load(), 0) << "the counting operator new is not in use";
+  // Prefill, then a few decode steps to warm every path (thread-local kernel scratch).
+  do {
+    (*engine)->Step();
+  } while ((*engine)->last_schedule().total_num_scheduled_tokens != 8);
+  for (int s = 0; s < 3; ++s) (*engine)->Step();
+  // 40 decode steps cross block boundaries (new block ids) for every request.
+  g_allocations = 0;
+  g_counting = true;
+  for (int s = 0; s < 40; ++s) (*engine)->Step();
+  g_counting = false;
+  EXPECT_EQ((*engine)->last_schedule().total_num_scheduled_tokens, 8);
+  EXPECT_EQ(g_allocations.load(), 0) << "heap allocations in 40 steady decode steps";
+}
+
+TEST(EngineTest, PrefixCachingComputesOnlyTheSuffixWithIdenticalLogits) {
+  auto lm = LoadModel(Qwen3MoeDir());
+  ASSERT_TRUE(lm);
+  const int64_t V = lm->config().vocab_size;
+  const std::vector<int32_t> first = RandomPrompt(70, 21, V);
+  std::vector<int32_t> second(first.begin(), first.begin() + 53);  // 3 full blocks + 5
+  for (int32_t t : RandomPrompt(9, 22, V)) second.push_back(t);
+
+  const EngineConfig cached{.max_num_seqs = 4, .max_num_batched_tokens = 256, .max_model_len = 128};
+  EngineConfig uncached = cached;
+  uncached.enable_prefix_caching = false;
+  auto engine = Engine::Create(*lm, cached);
+  ASSERT_TRUE(engine.ok());
+  ASSERT_TRUE((*engine)->layout().prefix_caching);
+  RunAll(**engine, {first}, 4);
+  const int64_t id = *(*engine)->AddRequest(second, Greedy(4));
+  (*engine)->Step();
+  const SchedulerOutput& out = (*engine)->last_schedule();
+  ASSERT_EQ(out.scheduled.size(), 1u);
+  EXPECT_EQ(out.scheduled[0].first_pos, 48);  // three cached blocks
+  EXPECT_EQ(out.scheduled[0].num_new_tokens, 62 - 48);
+  EXPECT_EQ((*engine)->Find(id)->num_cached_tokens, 48);
+  const float* logits = (*engine)->runner().logits_of(0);
+  ASSERT_NE(logits, nullptr);
+  const std::vector<float> got(logits, logits + V);
+  while ((*engine)->HasUnfinished()) (*engine)->Step();
+  const std::vector<int32_t> tokens = (*engine)->Find(id)->output_token_ids;
+  (*engine)->Release(id);
+
+  const Trace want = RunAlone(*lm, uncached, second, 4);
+  EXPECT_EQ(0, std::memcmp(got.data(), want.logits[0].data(), V * sizeof(float)));
+  EXPECT_EQ(tokens, want.tokens);
+}
+
+TEST(EngineTest, AttentionOnlyModelIsBatchInvariantToo) {
+  auto lm = LoadModel(Qwen3MoeDir());
+  ASSERT_TRUE(lm);
+  const auto prompts = EightPrompts(lm->config().vocab_size);
+  const EngineConfig config{.max_num_seqs = 8, .max_num_batched_tokens = 100, .max_model_len = 256,
+                            .enable_prefix_caching = false};
+  auto engine = Engine::Create(*lm, config);
+  ASSERT_TRUE(engine.ok());
+  const std::vector<Trace> batched = RunAll(**engine, prompts, 6);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ExpectBitIdentical(batched[i], RunAlone(*lm, config, prompts[i], 6), fmt::format("request {}", i));
+  }
+}
+
+TEST(EngineTest, RejectsBadConfigsAndRequests) {
+  auto lm = LoadModel(kHybridDir);
+  ASSERT_TRUE(lm);
+  auto message = [&](const EngineConfig& c) {
+    Result<std::unique_ptr<Engine>> e = Engine::Create(*lm, c);
+    return e.ok() ? std::string("ok") : e.status().message();
+  };
+  EXPECT_NE(message({.max_num_seqs = 0}).find("--max-num-seqs"), std::string::npos);
+  EXPECT_NE(message({.max_num_batched_tokens = 32}).find("--max-num-batched-tokens"),
+            std::string::npos);
+  EXPECT_NE(message({.max_model_len = 1 << 20}).find("--max-model-len"), std::string::npos);
+  EXPECT_NE(message({.max_model_len = 4096, .kv_cache_memory_gib = 1e-4}).find("--kv-cache-memory"),
+            std::string::npos);
+
+  auto engine = Engine::Create(*lm, {.max_num_seqs = 2, .max_model_len = 64});
+  ASSERT_TRUE(engine.ok());
+  Result<int64_t> too_long = (*engine)->AddRequest(RandomPrompt(65, 1, 500), Greedy(4));
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_NE(too_long.status().message().find("65"), std::string::npos);
+  EXPECT_NE(too_long.status().message().find("64"), std::string::npos);
+  EXPECT_FALSE((*engine)->AddRequest({}, Greedy(4)).ok());
+  EXPECT_FALSE((*engine)->AddRequest({1, 2, 512}, Greedy(4)).ok());
+  EXPECT_FALSE((*engine)->AddRequest({1, 2}, Greedy(0)).ok());
+  EXPECT_EQ((*engine)->cache_manager().num_used_blocks(), 0);
+}
+
+TEST(EngineTest, MaxModelLenCapsGeneration) {
+  auto lm = LoadModel(kHybridDir);
+  ASSERT_TRUE(lm);
+  auto engine = Engine::Create(*lm, {.max_num_seqs = 2, .max_model_len = 64});
+  ASSERT_TRUE(engine.ok());
+  const int64_t id = *(*engine)->AddRequest(RandomPrompt(60, 3, 500), Greedy(100));
+  while ((*engine)->HasUnfinished()) (*engine)->Step();
+  EXPECT_EQ((*engine)->Find(id)->num_output_tokens(), 4);
+  EXPECT_EQ((*engine)->Find(id)->finish_reason, FinishReason::kLength);
+}
+
+}  // namespace
+}  // namespace moeserve::engine

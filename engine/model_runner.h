@@ -1,0 +1,70 @@
+// ModelRunner: the worker side of a step. It owns the model's cache memory (KV blocks, GDN state
+// slots) and the persistent input batch -- one row per running request, kept across steps, with
+// its block-table row -- and turns a SchedulerOutput into one forward over the flat token batch
+// plus greedy sampling of the rows that end their request's tokens.
+//
+// Per step only what changed is written: the scheduled tokens' ids, positions and sequence
+// index, query_start, the block ids appended since the last step, and the logits rows
+// (spec/serving.md §1.2-1.3). Every buffer is sized at construction for the largest step
+// (max_num_seqs rows, max_num_batched_tokens tokens), so a steady decode step allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "model/cache.h"
+#include "model/causal_lm.h"
+
+namespace moeserve::engine {
+
+struct RunnerConfig {
+  model::CacheSizes cache;               // KV blocks, block size, GDN state slots
+  int64_t max_num_seqs = 64;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t max_blocks_per_request = 0;    // block-table row width
+};
+
+class ModelRunner {
+ public:
+  ModelRunner(model::CausalLm& model, const RunnerConfig& config);
+
+  // Runs the step `out` describes (it must come from the Scheduler sharing this runner's cache
+  // sizes). Returns sampled[i] for out.scheduled[i]: the greedy token, or -1 when that request's
+  // chunk stops short of its last token (a partial prefill: nothing to sample). Valid until the
+  // next call.
+  const int32_t* Execute(const SchedulerOutput& out);
+
+  // The logits [vocab] the last Execute sampled out.scheduled[i] from, or null if it sampled
+  // nothing for it (for tests and, later, logprobs).
+  const float* logits_of(int64_t i) const;
+
+  model::ModelCache& cache() { return cache_; }
+  int64_t num_rows_in_use() const { return static_cast<int64_t>(row_of_.size()); }
+
+ private:
+  // Persistent rows: takes the lowest free row for a request (vLLM fills the smallest hole).
+  int32_t AddRow(int64_t request_id);
+  void RemoveRow(int64_t request_id);
+  int32_t* block_row(int32_t row) { return &block_tables_[row * config_.max_blocks_per_request]; }
+
+  model::CausalLm& model_;
+  RunnerConfig config_;
+  model::ModelCache cache_;
+
+  // Persistent across steps, indexed by row.
+  std::vector<int32_t> block_tables_;    // [max_num_seqs][max_blocks_per_request]
+  std::vector<int64_t> row_num_blocks_;  // block ids already copied into the row
+  std::unordered_map<int64_t, int32_t> row_of_;  // request id -> row
+  std::vector<int32_t> free_rows_;       // kept sorted descending: back() is the lowest
+
+  // This step's flat batch, sized for the largest step.
+  std::vector<int32_t> input_ids_, seq_of_, query_start_, state_slots_, logits_rows_;
+  std::vector<int64_t> positions_;
+  std::vector<const int32_t*> seq_block_tables_;
+  std::vector<int32_t> sampled_, logits_index_;  // per scheduled request
+  int64_t last_num_seqs_ = 0;
+};
+
+}  // namespace moeserve::engine
