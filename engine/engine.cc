@@ -56,6 +56,11 @@ Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig&
                            "of this hybrid model",
                            e.max_num_batched_tokens, l.prefill_alignment);
   }
+  if (e.long_prefill_token_threshold > 0 && e.long_prefill_token_threshold < l.prefill_alignment) {
+    return InvalidArgument("--long-prefill-token-threshold {} is below {}, the prefill chunk "
+                           "alignment of this hybrid model",
+                           e.long_prefill_token_threshold, l.prefill_alignment);
+  }
   l.prefix_caching = e.enable_prefix_caching && !c.is_hybrid();
   l.num_state_slots = c.is_hybrid() ? e.max_num_seqs : 0;
 

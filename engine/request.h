@@ -1,0 +1,63 @@
+// Request: one generation request as the scheduler and the cache manager see it -- its token
+// history, how much of it the model has computed, and the cache it holds.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace moeserve::engine {
+
+enum class RequestStatus {
+  kWaiting,    // queued, never scheduled
+  kRunning,    // in the running set: holds KV blocks (and a GDN state slot)
+  kPreempted,  // back in the waiting queue after preemption; holds nothing, recomputes
+  kFinished,   // done (see finish_reason); holds nothing
+};
+
+// vLLM's finish reasons (spec/serving.md §2.2): "stop" (EOS or a stop token), "length"
+// (max_tokens or max_model_len), "abort".
+enum class FinishReason { kNone, kStop, kLength, kAbort };
+
+const char* FinishReasonName(FinishReason reason);  // "stop" | "length" | "abort" | "none"
+
+// When a request stops. Sampling parameters proper arrive with the sampling issue.
+struct StopConditions {
+  int64_t max_tokens = 16;               // >= 1
+  int64_t min_tokens = 0;                // EOS and stop ids do not stop before this many outputs
+  bool ignore_eos = false;
+  std::vector<int32_t> eos_token_ids;    // from the model / tokenizer
+  std::vector<int32_t> stop_token_ids;
+};
+
+struct Request {
+  int64_t id = 0;            // unique, increasing in arrival order (FCFS)
+  std::vector<int32_t> prompt_token_ids;
+  std::vector<int32_t> output_token_ids;  // reserved to max_tokens at admission
+  StopConditions stop;
+
+  RequestStatus status = RequestStatus::kWaiting;
+  FinishReason finish_reason = FinishReason::kNone;
+  // Tokens of prompt + output whose KV / state the model has computed (or that the prefix cache
+  // supplied). Advanced by the scheduler when it schedules them.
+  int64_t num_computed_tokens = 0;
+  int64_t num_cached_tokens = 0;  // prompt tokens served by the prefix cache at first schedule
+  int64_t num_preemptions = 0;
+
+  // Cache held while running: KV block ids of the full-attention layers in logical order
+  // (block b holds positions [b * block_size, (b + 1) * block_size)), reserved at admission to
+  // the most a request can need; and the GDN state slot (-1: none).
+  std::vector<int32_t> block_ids;
+  int32_t state_slot = -1;
+
+  int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }
+  int64_t num_output_tokens() const { return static_cast<int64_t>(output_token_ids.size()); }
+  int64_t num_tokens() const { return num_prompt_tokens() + num_output_tokens(); }
+  // Token at position pos of prompt + output.
+  int32_t token_at(int64_t pos) const {
+    return pos < num_prompt_tokens() ? prompt_token_ids[pos]
+                                     : output_token_ids[pos - num_prompt_tokens()];
+  }
+  bool finished() const { return status == RequestStatus::kFinished; }
+};
+
+}  // namespace moeserve::engine
