@@ -1,15 +1,16 @@
-// moeserve bench latency: in-process decode and prefill speed of one model, against the
-// memory-bandwidth roofline measured in the same run (CLI.md).
+// moeserve bench latency: in-process prefill rate and decode TPOT of the engine at one or more
+// batch sizes, against the memory-bandwidth roofline measured in the same run (CLI.md).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <random>
 
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
 #include "cli/commands.h"
+#include "cli/engine_flags.h"
 #include "cli/model_flags.h"
-#include "core/log.h"
+#include "core/check.h"
 #include "core/timer.h"
 #include "kernels/memory_bandwidth.h"
 #include "model/checkpoint_layout.h"
@@ -21,66 +22,116 @@ constexpr char kCommand[] = "bench latency";
 
 struct Options {
   ModelFlags model;
+  EngineFlags engine;
   int64_t input_len = 128;
   int64_t output_len = 64;
   std::string batch_size = "1";
   int64_t seed = 0;
   std::string json_file;
+  bool max_num_seqs_given = false;  // --max-num-seqs was on the command line
 };
+
+// A bad flag value (one the engine rejects included) is a usage error; anything else a runtime
+// failure.
+int ErrorExit(const Status& s) {
+  return s.code() == StatusCode::kInvalidArgument ? UsageError(kCommand, s)
+                                                  : RuntimeError(kCommand, s);
+}
 
 struct RunResult {
   int64_t batch_size, input_len, output_len;
   double prefill_tok_s, tpot_ms, decode_tok_s, roofline_tok_s, roofline_ratio;
 };
 
-// One sequence: prefill input_len random tokens, then output_len greedy decode steps.
-RunResult RunOnce(model::CausalLm& lm, const Options& o, double roofline_tok_s) {
-  const io::ModelConfig& c = lm.config();
-  SingleSequence seq(c, o.input_len + o.output_len);
-  std::mt19937 rng(static_cast<uint32_t>(o.seed));
-  std::vector<int32_t> prompt(o.input_len);
-  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % c.vocab_size);
-
-  std::vector<float> logits;
-  Stopwatch watch;
-  lm.Forward(seq.Input(prompt.data(), o.input_len, 0), seq.cache, false, nullptr, &logits);
-  const double prefill_s = watch.ElapsedSeconds();
-  int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  watch.Reset();
-  for (int64_t i = 1; i < o.output_len; ++i) {
-    lm.Forward(seq.Input(&next, 1, o.input_len + i - 1), seq.cache, false, nullptr, &logits);
-    next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+// `batch` concurrent requests through a fresh engine (so no request finds another run's prompt
+// in the prefix cache): each a different random prompt of input_len ids, ignore_eos, output_len
+// tokens. The prompts go in together; the scheduler chunks them under --max-num-batched-tokens
+// as it would when serving.
+//   prefill_tok_s = batch * input_len / (time until every request has its first token)
+//   tpot_ms       = mean time of the steps after that in which every request got a token (the
+//                   full batch decoding: the time per output token of each request)
+//   decode_tok_s  = batch * 1000 / tpot_ms, aggregate over the batch
+Result<RunResult> RunBatch(model::CausalLm& lm, const engine::EngineConfig& config, int64_t batch,
+                           int64_t input_len, int64_t output_len, int64_t seed) {
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine, CreateEngine(lm, config));
+  // Every request must run at once, or the batch measured is not `batch`.
+  CHECK_GE(config.max_num_seqs, batch);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  engine::StopConditions stop;
+  stop.max_tokens = output_len;
+  stop.ignore_eos = true;
+  for (int64_t b = 0; b < batch; ++b) {
+    std::vector<int32_t> prompt(input_len);
+    for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % lm.config().vocab_size);
+    if (Result<int64_t> id = engine->AddRequest(std::move(prompt), stop); !id.ok()) {
+      return id.status();
+    }
   }
-  const double decode_s = watch.ElapsedSeconds();
-  RunResult r{1, o.input_len, o.output_len, o.input_len / prefill_s, 0, 0, roofline_tok_s, 0};
-  const int64_t steps = std::max<int64_t>(o.output_len - 1, 1);
-  r.tpot_ms = decode_s * 1000.0 / steps;
-  r.decode_tok_s = 1000.0 / r.tpot_ms;
-  r.roofline_ratio = r.decode_tok_s / roofline_tok_s;
+
+  Stopwatch watch;
+  int64_t num_started = 0;  // requests that have their first token
+  double prefill_ms = 0, step_start_ms = 0, decode_ms = 0;
+  int64_t decode_steps = 0;
+  while (engine->HasUnfinished()) {
+    ASSIGN_OR_RETURN(const std::vector<engine::Request*>* updated, StepEngine(*engine));
+    const double now = watch.ElapsedMillis();
+    const bool prefilled = num_started == batch;  // before this step
+    if (prefilled && static_cast<int64_t>(updated->size()) == batch) {
+      decode_ms += now - step_start_ms;
+      ++decode_steps;
+    }
+    for (const engine::Request* r : *updated) num_started += r->num_output_tokens() == 1;
+    if (!prefilled && num_started == batch) prefill_ms = now;
+    step_start_ms = now;
+  }
+  if (decode_steps == 0) {
+    return InvalidArgument(
+        "no step decoded all {} requests at once (their prefills spread "
+        "over more than --output-len {} steps): raise --output-len or "
+        "--max-num-batched-tokens",
+        batch, output_len);
+  }
+  RunResult r{batch, input_len, output_len, 0, 0, 0, 0, 0};
+  r.prefill_tok_s = static_cast<double>(batch * input_len) / (prefill_ms * 1e-3);
+  r.tpot_ms = decode_ms / static_cast<double>(decode_steps);
+  r.decode_tok_s = static_cast<double>(batch) * 1000.0 / r.tpot_ms;
   return r;
 }
 
 int Run(const Options& o) {
-  if (Status s = o.model.Validate(); !s.ok()) return UsageError(kCommand, s);
+  for (Status s : {o.model.Validate(), o.engine.Validate()}) {
+    if (!s.ok()) return UsageError(kCommand, s);
+  }
   if (o.input_len < 1 || o.output_len < 2) {
     return UsageError(kCommand, InvalidArgument("--input-len must be >= 1 and --output-len >= 2"));
   }
   Result<std::vector<int32_t>> batches = ParseTokenIds(o.batch_size, 1 << 20);
-  if (!batches.ok() || std::any_of(batches->begin(), batches->end(), [](int32_t b) { return b < 1; })) {
-    return UsageError(kCommand, InvalidArgument("--batch-size: '{}' is not a list of positive "
-                                                "integers", o.batch_size));
+  if (!batches.ok() ||
+      std::any_of(batches->begin(), batches->end(), [](int32_t b) { return b < 1; })) {
+    return UsageError(
+        kCommand,
+        InvalidArgument("--batch-size: '{}' is not a list of positive integers", o.batch_size));
   }
-  for (int32_t b : *batches) {
-    if (b != 1) {
-      return UsageError(kCommand, InvalidArgument("--batch-size {}: batches above 1 need the "
-                                                  "continuous-batching engine, not built yet", b));
-    }
+  // The engine: as the flags say, with max_model_len just what a request needs unless given.
+  engine::EngineConfig config = o.engine.ToConfig();
+  const int64_t max_batch = *std::max_element(batches->begin(), batches->end());
+  if (o.max_num_seqs_given && config.max_num_seqs < max_batch) {
+    return UsageError(kCommand, InvalidArgument("--max-num-seqs {} is below --batch-size {}",
+                                                config.max_num_seqs, max_batch));
+  }
+  const int64_t request_len = o.input_len + o.output_len;
+  if (config.max_model_len == 0) {
+    config.max_model_len = request_len;
+  } else if (config.max_model_len < request_len) {
+    return UsageError(kCommand, InvalidArgument("--max-model-len {} is below --input-len + "
+                                                "--output-len = {}",
+                                                config.max_model_len, request_len));
   }
   Result<std::unique_ptr<model::CausalLm>> loaded = o.model.Load();
   if (!loaded.ok()) return RuntimeError(kCommand, loaded.status());
   model::CausalLm& lm = **loaded;
   const io::ModelConfig& c = lm.config();
-  if (o.input_len + o.output_len > c.max_position_embeddings) {
+  if (request_len > c.max_position_embeddings) {
     return UsageError(kCommand, InvalidArgument("input + output length exceeds the model's "
                                                 "max_position_embeddings {}",
                                                 c.max_position_embeddings));
@@ -95,30 +146,54 @@ int Run(const Options& o) {
                    : sizeof(float);
       });
   const double bandwidth = kernels::MeasureReadBandwidth(lm.pool()).gb_per_s;
+  // The roofline of one sequence. A batch of B reads the shared weights once per step for all B
+  // tokens but each token's own experts, so its aggregate rate may pass this single-sequence
+  // bound: roofline_ratio = decode_tok_s / roofline_tok_s says how far batching carries past it.
   const double roofline = bandwidth * 1e9 / static_cast<double>(stats.bytes_per_token);
 
-  // A short warm-up run (page faults, caches), then the measured one.
-  Options warm = o;
-  warm.input_len = std::min<int64_t>(o.input_len, 16);
-  warm.output_len = 4;
-  RunOnce(lm, warm, roofline);
+  // Unless given, --max-num-seqs is the batch size: GDN state slots and the runner's rows are
+  // sized for it.
+  const auto config_for = [&](int64_t batch) {
+    engine::EngineConfig sized = config;
+    if (!o.max_num_seqs_given) sized.max_num_seqs = batch;
+    return sized;
+  };
+  // A short warm-up run (page faults, caches), then the measured ones.
+  if (Result<RunResult> warm =
+          RunBatch(lm, config_for(1), 1, std::min<int64_t>(o.input_len, 16), 4, o.seed);
+      !warm.ok()) {
+    return ErrorExit(warm.status());
+  }
   std::vector<RunResult> runs;
   for (int32_t b : *batches) {
-    runs.push_back(RunOnce(lm, o, roofline));
-    runs.back().batch_size = b;
+    Result<RunResult> run = RunBatch(lm, config_for(b), b, o.input_len, o.output_len, o.seed);
+    if (!run.ok()) return ErrorExit(run.status().WithContext(fmt::format("batch size {}", b)));
+    run->roofline_tok_s = roofline;
+    run->roofline_ratio = run->decode_tok_s / roofline;
+    runs.push_back(*run);
   }
 
   fmt::print("model            {} ({} weights, {} threads)\n", c.architecture_name,
              DTypeName(lm.weights().matrix_dtype), lm.pool().num_threads());
   fmt::print("bytes per token  {:.1f} MB\n", stats.bytes_per_token * 1e-6);
   fmt::print("bandwidth        {:.1f} GB/s (measured in this run)\n", bandwidth);
-  fmt::print("roofline         {:.1f} tokens/s\n\n", roofline);
+  fmt::print("roofline         {:.1f} tokens/s (one sequence)\n\n", roofline);
   fmt::print("{:>5} {:>6} {:>6} {:>12} {:>9} {:>12} {:>10}\n", "batch", "input", "output",
              "prefill t/s", "TPOT ms", "decode t/s", "roofline");
   for (const RunResult& r : runs) {
     fmt::print("{:>5} {:>6} {:>6} {:>12.1f} {:>9.2f} {:>12.1f} {:>9.1f}%\n", r.batch_size,
                r.input_len, r.output_len, r.prefill_tok_s, r.tpot_ms, r.decode_tok_s,
                100.0 * r.roofline_ratio);
+  }
+  // How batching scales the aggregate decode rate, when batch 1 was measured.
+  const auto one =
+      std::find_if(runs.begin(), runs.end(), [](const RunResult& r) { return r.batch_size == 1; });
+  if (one != runs.end()) {
+    for (const RunResult& r : runs) {
+      if (r.batch_size == 1) continue;
+      fmt::print("aggregate decode at batch {} = {:.2f}\u00d7 batch 1\n", r.batch_size,
+                 r.decode_tok_s / one->decode_tok_s);
+    }
   }
   if (!o.json_file.empty()) {
     nlohmann::ordered_json j;
@@ -149,16 +224,22 @@ int Run(const Options& o) {
 
 int RunLatency(const std::vector<std::string>& args) {
   Options o;
-  FlagSet flags("moeserve bench latency",
-                "In-process decode TPOT and prefill rate, with the memory-bandwidth roofline\n"
-                "(weight bytes per token / read bandwidth) measured in the same run.");
+  FlagSet flags(
+      "moeserve bench latency",
+      "In-process engine prefill rate and decode TPOT at each batch size, with the\n"
+      "memory-bandwidth roofline (weight bytes per token / read bandwidth) measured in\n"
+      "the same run. --max-model-len defaults to --input-len + --output-len, --max-num-seqs\n"
+      "to the batch size.");
   o.model.Register(flags);
+  o.engine.Register(flags);
   flags.Int("input-len", &o.input_len, "prompt tokens (random ids)");
   flags.Int("output-len", &o.output_len, "generated tokens");
-  flags.String("batch-size", &o.batch_size, "concurrent sequences, a list allowed (1 for now)");
-  flags.Int("seed", &o.seed, "seed of the random prompt");
+  flags.String("batch-size", &o.batch_size,
+               "concurrent requests, a list allowed (1,4,8): one measured run each");
+  flags.Int("seed", &o.seed, "seed of the random prompts");
   flags.String("json", &o.json_file, "also write the results as JSON to this file");
   if (std::optional<int> exit_code = ParseFlags(flags, args, kCommand)) return *exit_code;
+  o.max_num_seqs_given = flags.WasSet("max-num-seqs");
   return Run(o);
 }
 
@@ -172,8 +253,8 @@ int RunBench(const std::vector<std::string>& args) {
     std::puts("usage: moeserve bench latency [flags]   (see --help of it)");
     return 0;
   }
-  return UsageError("bench", InvalidArgument("expected 'bench latency' (got '{}')",
-                                             args.empty() ? "" : args[0]));
+  return UsageError(
+      "bench", InvalidArgument("expected 'bench latency' (got '{}')", args.empty() ? "" : args[0]));
 }
 
 }  // namespace moeserve::cli

@@ -1,0 +1,69 @@
+#include "cli/engine_flags.h"
+
+#include "core/log.h"
+
+namespace moeserve::cli {
+
+void EngineFlags::Register(FlagSet& flags) {
+  flags.Int("max-num-seqs", &config.max_num_seqs, "requests running at once, at most");
+  flags.Int("max-num-batched-tokens", &config.max_num_batched_tokens,
+            "tokens in one engine step, at most (prefills longer than that are chunked)");
+  flags.Int("max-model-len", &config.max_model_len,
+            "prompt + output tokens of a request, at most (0: the model's "
+            "max_position_embeddings)");
+  flags.Double("kv-cache-memory", &config.kv_cache_memory_gib,
+               "GiB of KV cache (0: enough for --max-num-seqs requests of --max-model-len, at "
+               "most 4)");
+  flags.Int("block-size", &config.block_size, "token positions per KV cache block");
+  flags.Bool("no-enable-prefix-caching", &no_enable_prefix_caching,
+             "do not reuse the KV blocks of common prompt prefixes (hybrid models never do)");
+  flags.Int("long-prefill-token-threshold", &config.long_prefill_token_threshold,
+            "tokens of a prefill chunk, at most (0: no cap beyond --max-num-batched-tokens)");
+}
+
+Status EngineFlags::Validate() const {
+  if (config.max_num_seqs < 1) return InvalidArgument("--max-num-seqs: must be >= 1");
+  if (config.max_num_batched_tokens < 1) {
+    return InvalidArgument("--max-num-batched-tokens: must be >= 1");
+  }
+  if (config.max_model_len < 0) return InvalidArgument("--max-model-len: must not be negative");
+  if (config.kv_cache_memory_gib < 0) {
+    return InvalidArgument("--kv-cache-memory: must not be negative");
+  }
+  if (config.block_size < 1) return InvalidArgument("--block-size: must be >= 1");
+  if (config.long_prefill_token_threshold < 0) {
+    return InvalidArgument("--long-prefill-token-threshold: must not be negative");
+  }
+  return OkStatus();
+}
+
+engine::EngineConfig EngineFlags::ToConfig() const {
+  engine::EngineConfig c = config;
+  c.enable_prefix_caching = !no_enable_prefix_caching;
+  return c;
+}
+
+Result<std::unique_ptr<engine::Engine>> CreateEngine(model::CausalLm& model,
+                                                     const engine::EngineConfig& config) {
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine, engine::Engine::Create(model, config));
+  const engine::EngineLayout& l = engine->layout();
+  // Bytes as integers too: tests size --kv-cache-memory from kv_bytes / num_blocks.
+  LogInfo(
+      "engine: max_model_len {}, {} KV blocks of {} tokens ({} bytes, {:.1f} MiB), {} GDN "
+      "state slots ({:.1f} MiB), prefix caching {}",
+      l.max_model_len, l.num_blocks, l.block_size, l.kv_bytes, l.kv_bytes / 1048576.0,
+      l.num_state_slots, l.state_bytes / 1048576.0, l.prefix_caching ? "on" : "off");
+  return engine;
+}
+
+Result<const std::vector<engine::Request*>*> StepEngine(engine::Engine& engine) {
+  const std::vector<engine::Request*>& updated = engine.Step();
+  const engine::SchedulerOutput& out = engine.last_schedule();
+  if (out.scheduled.empty() && out.preempted_ids.empty()) {
+    return Internal("an engine step scheduled nothing with {} requests running and {} waiting",
+                    engine.num_running(), engine.num_waiting());
+  }
+  return &updated;
+}
+
+}  // namespace moeserve::cli

@@ -1,0 +1,40 @@
+// vLLM's engine arguments (CLI.md) for the subcommands that run the engine (generate, bench
+// latency, later serve), and the engine they create. The flags' defaults are EngineConfig's, so
+// `--help` shows what the engine does when a flag is not given; 0 means "derive" where
+// EngineConfig says so (--max-model-len, --kv-cache-memory, --long-prefill-token-threshold).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "cli/flags.h"
+#include "core/status.h"
+#include "engine/engine.h"
+#include "model/causal_lm.h"
+
+namespace moeserve::cli {
+
+struct EngineFlags {
+  engine::EngineConfig config;  // the values flags write to, EngineConfig's defaults until set
+  bool no_enable_prefix_caching = false;  // vLLM's spelling of the negated switch
+
+  void Register(FlagSet& flags);
+  // Checks each value on its own (a usage error naming the flag); what depends on the model
+  // (--max-model-len against max_position_embeddings, the cache fitting one request) is
+  // checked by Engine::Create.
+  Status Validate() const;
+  engine::EngineConfig ToConfig() const;
+};
+
+// Creates the engine for `model` and logs its layout (KV blocks and bytes, GDN state slots,
+// max_model_len, prefix caching). A config the model rejects came from the user's flags: the
+// caller reports the error as a usage error (exit 2).
+Result<std::unique_ptr<engine::Engine>> CreateEngine(model::CausalLm& model,
+                                                     const engine::EngineConfig& config);
+
+// One engine step: the requests that got a token (Engine::Step). An Internal error when the step
+// neither scheduled nor preempted anything with requests unfinished: stepping on would spin
+// forever.
+Result<const std::vector<engine::Request*>*> StepEngine(engine::Engine& engine);
+
+}  // namespace moeserve::cli
