@@ -241,6 +241,19 @@ TEST(EngineTest, ChunkedPrefillUnderATightBudgetIsBitIdentical) {
   }
 }
 
+// A 600-token prompt in one step routes 1200 (token, expert) pairs, more than the MoE scratch
+// holds at once, so its experts run in several groups; 64-token chunks run them in one.
+TEST(EngineTest, LongPrefillInOneStepEqualsSmallChunks) {
+  auto lm = LoadModel(kHybridDir);
+  ASSERT_TRUE(lm);
+  const std::vector<int32_t> prompt = RandomPrompt(600, 9, lm->config().vocab_size);
+  const Trace whole = RunAlone(
+      *lm, {.max_num_seqs = 1, .max_num_batched_tokens = 1024, .max_model_len = 640}, prompt, 3);
+  const Trace chunked = RunAlone(
+      *lm, {.max_num_seqs = 1, .max_num_batched_tokens = 64, .max_model_len = 640}, prompt, 3);
+  ExpectBitIdentical(whole, chunked, "600-token prompt");
+}
+
 TEST(EngineTest, PreemptionRecomputesAndKeepsTheOutput) {
   auto lm = LoadModel(kHybridDir);
   ASSERT_TRUE(lm);

@@ -86,6 +86,29 @@ void MatMul(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float*
   });
 }
 
+void MatMulGroup(const MatMulJob* jobs, int64_t num_jobs, ThreadPool& pool) {
+  // Task (j, t) takes part t of job j's row tiles, split as MatMul splits them.
+  const size_t parts = pool.num_threads();
+  for (int64_t j = 0; j < num_jobs; ++j) {
+    const MatMulJob& job = jobs[j];
+    CheckArguments(job.x, job.x_stride, job.M, *job.W, job.y, job.y_stride);
+  }
+  pool.ParallelFor(static_cast<size_t>(num_jobs) * parts, [&](size_t task, size_t) {
+    const MatMulJob& job = jobs[task / parts];
+    const size_t t = task % parts;
+    const int64_t N = job.W->dim(0);
+    if (job.M == 0 || N == 0) return;
+    const size_t tiles = static_cast<size_t>((N + kRowAlign - 1) / kRowAlign);
+    const size_t tasks = std::min(parts, tiles);
+    if (t >= tasks) return;
+    auto tile_begin = [&](size_t i) {
+      return std::min<int64_t>(N, static_cast<int64_t>(i * tiles / tasks) * kRowAlign);
+    };
+    Dispatch(job.x, job.x_stride, job.M, *job.W, tile_begin(t), tile_begin(t + 1), job.y,
+             job.y_stride);
+  });
+}
+
 }  // namespace moeserve::kernels
 
 #endif  // HWY_ONCE

@@ -25,4 +25,20 @@ void MatMulRange(const float* x, int64_t x_stride, int64_t M, const Tensor& W, i
 void MatMul(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float* y,
             int64_t y_stride, ThreadPool& pool);
 
+// One of several independent products run together by MatMulGroup: y = x W^T for M rows.
+struct MatMulJob {
+  const float* x;
+  int64_t x_stride;
+  int64_t M;
+  const Tensor* W;
+  float* y;
+  int64_t y_stride;
+};
+
+// Runs every job with one join for all of them (rather than one per product): each job's N is
+// split into per-thread ranges as in MatMul, and all ranges of all jobs are spread over the
+// pool. Used for a step's routed experts, many small products whose joins would otherwise
+// dominate. Each output is bit-identical to what MatMul computes for it.
+void MatMulGroup(const MatMulJob* jobs, int64_t num_jobs, ThreadPool& pool);
+
 }  // namespace moeserve::kernels

@@ -128,7 +128,7 @@ void MatMulArgs(benchmark::internal::Benchmark* b) {
   // one expert's gate or up projection.
   for (auto [N, K] : {std::pair<int64_t, int64_t>{8192, 2048}, {2048, 4096}, {512, 2048}}) {
     for (int64_t f32 : {0, 1}) {
-      for (int64_t M : {1, 4, 16, 128}) {
+      for (int64_t M : {1, 4, 8, 16, 128}) {
         for (int64_t threads : {1, 2}) b->Args({N, K, M, f32, threads});
       }
     }

@@ -421,6 +421,48 @@ TEST(MatMulTest, OneJoinPerCall) {
   EXPECT_EQ(pool.barrier_count(), before + 1);
 }
 
+TEST(MatMulTest, GroupMatchesSeparateCallsBitForBit) {
+  ThreadPool pool(2);
+  std::mt19937 rng(77);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  // Jobs of different shapes, dtypes and row counts (one empty), as a step's experts are.
+  struct Shape {
+    int64_t N, K, M;
+    DType dtype;
+  };
+  const Shape shapes[] = {{64, 48, 3, DType::kBF16}, {40, 48, 1, DType::kF32},
+                          {17, 33, 0, DType::kBF16}, {128, 64, 8, DType::kBF16},
+                          {9, 16, 5, DType::kF32}};
+  std::vector<OwnedTensor> weights;
+  std::vector<std::vector<float>> xs, group_ys, single_ys;
+  std::vector<MatMulJob> jobs;
+  for (const Shape& s : shapes) {
+    OwnedTensor w(s.dtype, {s.N, s.K});
+    std::vector<float> values(s.N * s.K);
+    for (float& v : values) v = normal(rng);
+    ConvertFromF32(values.data(), s.dtype, w.view().data(), values.size());
+    weights.push_back(std::move(w));
+    xs.emplace_back(s.M * s.K);
+    for (float& v : xs.back()) v = normal(rng);
+    group_ys.emplace_back(s.M * s.N, -1.0f);
+    single_ys.emplace_back(s.M * s.N, -2.0f);
+  }
+  for (size_t j = 0; j < weights.size(); ++j) {
+    const Shape& s = shapes[j];
+    jobs.push_back({xs[j].data(), s.K, s.M, &weights[j].view(), group_ys[j].data(), s.N});
+  }
+  const uint64_t joins = pool.barrier_count();
+  MatMulGroup(jobs.data(), static_cast<int64_t>(jobs.size()), pool);
+  EXPECT_EQ(pool.barrier_count(), joins + 1);
+  for (size_t j = 0; j < weights.size(); ++j) {
+    const Shape& s = shapes[j];
+    MatMul(xs[j].data(), s.K, s.M, weights[j].view(), single_ys[j].data(), s.N, pool);
+    EXPECT_EQ(0, std::memcmp(group_ys[j].data(), single_ys[j].data(),
+                             group_ys[j].size() * sizeof(float)))
+        << "job " << j;
+  }
+}
+
 TEST(MatMulTest, EmptyShapes) {
   ThreadPool pool(2);
   // M = 0: nothing is read or written.

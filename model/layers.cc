@@ -15,6 +15,9 @@ namespace {
 
 constexpr float kL2NormEps = 1e-6f;  // FLA / HF l2norm: x * rsqrt(sum(x^2) + 1e-6)
 
+// (token, expert) rows of routed-expert work the MoE scratch holds at once (see SparseMoe).
+constexpr int64_t kMoeGroupRows = 1024;
+
 float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 // torch.nn.functional.softplus with its default threshold of 20.
@@ -226,30 +229,68 @@ void SparseMoe(const LayerContext& ctx, const MoeWeights& w, const float* x, int
   for (int64_t p = 0; p < T * k; ++p) sorted[offsets[ids[p]]++] = static_cast<int32_t>(p);
   for (int64_t e = E; e > 0; --e) offsets[e] = offsets[e - 1];  // back to starts
   offsets[0] = 0;
+
+  // The experts run in groups of up to kMoeGroupRows (token, expert) rows (a single expert with
+  // more rows is a group of its own), each group with one join per projection for all of its
+  // experts (MatMulGroup) instead of one per expert. The shared expert runs with the first group.
+  const bool shared = w.shared.gate_up.view().rank() == 2;
+  const int64_t I = c.moe_intermediate_size, Is = c.shared_expert_intermediate_size;
+  float* shared_mid = shared ? Grow(s.shared_mid, T * 2 * Is) : nullptr;
+  float* shared_y = shared ? Grow(s.shared_out, T * H) : nullptr;
+  kernels::MatMulJob* jobs = Grow(s.moe_jobs, E + 1);
   std::memset(out, 0, T * H * sizeof(float));
-  for (int64_t e = 0; e < E; ++e) {
-    const int32_t* pairs = sorted + offsets[e];
-    const int64_t n = offsets[e + 1] - offsets[e];
-    if (n == 0) continue;
-    float* in = Grow(s.expert_in, n * H);
-    for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(in + i * H, x + (pairs[i] / k) * H, H * sizeof(float));
+  for (int64_t e0 = 0; e0 < E;) {
+    int64_t e1 = e0 + 1;
+    while (e1 < E && offsets[e1 + 1] - offsets[e0] <= kMoeGroupRows) ++e1;
+    const int64_t base = offsets[e0], rows = offsets[e1] - base;
+    float* in = Grow(s.expert_in, rows * H);
+    float* mid = Grow(s.expert_mid, rows * 2 * I);
+    float* y = Grow(s.expert_out, rows * H);
+    for (int64_t p = base; p < offsets[e1]; ++p) {
+      std::memcpy(in + (p - base) * H, x + (sorted[p] / k) * H, H * sizeof(float));
     }
-    float* y = Grow(s.expert_out, n * H);
-    SwiGluRows(ctx, w.experts[e], in, H, n, s.expert_mid, y);
-    for (int64_t i = 0; i < n; ++i) {
-      kernels::Axpy(weights[pairs[i]], y + i * H, out + (pairs[i] / k) * H, H);
+    const bool with_shared = shared && e0 == 0;
+    int64_t num_jobs = 0;
+    for (int64_t e = e0; e < e1; ++e) {
+      const int64_t n = offsets[e + 1] - offsets[e], row = offsets[e] - base;
+      if (n > 0) {
+        jobs[num_jobs++] = {in + row * H, H, n, &w.experts[e].gate_up.view(), mid + row * 2 * I,
+                            2 * I};
+      }
     }
+    if (with_shared) jobs[num_jobs++] = {x, H, T, &w.shared.gate_up.view(), shared_mid, 2 * Is};
+    kernels::MatMulGroup(jobs, num_jobs, ctx.pool);
+    for (int64_t i = 0; i < rows; ++i) {
+      kernels::SwiGlu(mid + i * 2 * I, mid + i * 2 * I + I, mid + i * 2 * I, I);
+    }
+    if (with_shared) {
+      for (int64_t t = 0; t < T; ++t) {
+        float* m = shared_mid + t * 2 * Is;
+        kernels::SwiGlu(m, m + Is, m, Is);
+      }
+    }
+    num_jobs = 0;
+    for (int64_t e = e0; e < e1; ++e) {
+      const int64_t n = offsets[e + 1] - offsets[e], row = offsets[e] - base;
+      if (n > 0) {
+        jobs[num_jobs++] = {mid + row * 2 * I, 2 * I, n, &w.experts[e].down.view(), y + row * H, H};
+      }
+    }
+    if (with_shared) jobs[num_jobs++] = {shared_mid, 2 * Is, T, &w.shared.down.view(), shared_y, H};
+    kernels::MatMulGroup(jobs, num_jobs, ctx.pool);
+    // Pairs in expert order, so each token adds its experts in ascending id.
+    for (int64_t p = base; p < offsets[e1]; ++p) {
+      kernels::Axpy(weights[sorted[p]], y + (p - base) * H, out + (sorted[p] / k) * H, H);
+    }
+    e0 = e1;
   }
 
-  // Shared expert, scaled per token by sigmoid(x . shared_expert_gate).
-  if (w.shared.gate_up.view().rank() == 2) {
-    float* y = Grow(s.shared_out, T * H);
-    SwiGluRows(ctx, w.shared, x, H, T, s.shared_mid, y);
+  // Shared expert, scaled per token by sigmoid(x . shared_expert_gate), after the routed ones.
+  if (shared) {
     for (int64_t t = 0; t < T; ++t) {
       float dot = 0.0f;
       for (int64_t i = 0; i < H; ++i) dot += x[t * H + i] * w.shared_gate[i];
-      kernels::Axpy(Sigmoid(dot), y + t * H, out + t * H, H);
+      kernels::Axpy(Sigmoid(dot), shared_y + t * H, out + t * H, H);
     }
   }
   ctx.comm.AllReduceSum(out, T * H);
@@ -300,7 +341,6 @@ void Scratch::Reserve(const io::ModelConfig& c, int64_t max_tokens) {
   const int64_t gdn_cols = c.linear_conv_dim() + c.linear_value_dim();
   const int64_t head_floats = c.num_attention_heads * c.head_dim;
   const int64_t k = c.num_experts_per_tok;
-  const int64_t mlp_width = std::max(c.moe_intermediate_size, c.intermediate_size);
   Grow(normed, N * H);
   Grow(delta, N * H);
   Grow(proj, N * std::max(attn_cols, gdn_cols));
@@ -314,9 +354,13 @@ void Scratch::Reserve(const io::ModelConfig& c, int64_t max_tokens) {
   Grow(topk_weights, N * k);
   Grow(expert_offsets, c.num_experts + 1);
   Grow(expert_pairs, N * k);
-  Grow(expert_in, N * H);  // an expert sees each token at most once
-  Grow(expert_out, N * H);
-  Grow(expert_mid, N * 2 * mlp_width);
+  // A group of experts holds up to kMoeGroupRows rows, or one expert's (each token at most once).
+  const int64_t group_rows = std::max(kMoeGroupRows, N);
+  Grow(expert_in, group_rows * H);
+  Grow(expert_out, group_rows * H);
+  Grow(expert_mid, std::max(group_rows * 2 * c.moe_intermediate_size,
+                            N * 2 * c.intermediate_size));  // also the dense MLP's
+  Grow(moe_jobs, c.num_experts + 1);
   Grow(shared_mid, N * 2 * c.shared_expert_intermediate_size);
   Grow(shared_out, N * H);
   Grow(rope_cos, c.rotary_dim / 2);

@@ -12,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "io/model_config.h"
 #include "kernels/attention.h"
+#include "kernels/matmul.h"
 #include "model/cache.h"
 #include "model/weights.h"
 #include "parallel/communicator.h"
@@ -33,6 +34,7 @@ struct Scratch {
   // The batch's (token, choice) pairs grouped by expert: pairs of expert e are
   // expert_pairs[expert_offsets[e] .. expert_offsets[e + 1]), in token order.
   std::vector<int32_t> expert_offsets, expert_pairs;
+  std::vector<kernels::MatMulJob> moe_jobs;
   std::vector<float> rope_cos, rope_sin;
 
   void Reserve(const io::ModelConfig& config, int64_t max_tokens);
