@@ -6,57 +6,16 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <new>
-#include <execinfo.h>
 #include <random>
 
 #include <fmt/format.h>
 
-// Counting global allocator: every operator new in this binary, on any thread, bumps the
-// counter while g_counting is set.
-namespace {
-std::atomic<bool> g_counting{false};
-std::atomic<int64_t> g_allocations{0};
-
-void* CountedAlloc(std::size_t size, std::size_t align) {
-  if (g_counting.load(std::memory_order_relaxed)) {
-    g_allocations.fetch_add(1);
-    // MOESERVE_TRACE_ALLOC=1 prints where (resolve with addr2line -f -C -e <binary> <offset>).
-    if (std::getenv("MOESERVE_TRACE_ALLOC") != nullptr) {
-      void* frames[32];
-      backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
-    }
-  }
-  void* p = align > alignof(std::max_align_t)
-                ? std::aligned_alloc(align, (size + align - 1) / align * align)
-                : std::malloc(size == 0 ? 1 : size);
-  if (p == nullptr) throw std::bad_alloc();
-  return p;
-}
-}  // namespace
-
-void* operator new(std::size_t size) { return CountedAlloc(size, 0); }
-void* operator new[](std::size_t size) { return CountedAlloc(size, 0); }
-void* operator new(std::size_t size, std::align_val_t align) {
-  return CountedAlloc(size, static_cast<std::size_t>(align));
-}
-void* operator new[](std::size_t size, std::align_val_t align) {
-  return CountedAlloc(size, static_cast<std::size_t>(align));
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+#include "core/heap_counter.h"
 
 namespace moeserve::engine {
 namespace {
@@ -321,23 +280,22 @@ TEST(EngineTest, SteadyDecodeStepsAllocateNothing) {
   auto engine = Engine::Create(*lm, {.max_num_seqs = 8, .max_num_batched_tokens = 512,
                                      .max_model_len = 256});
   ASSERT_TRUE(engine.ok());
-  g_allocations = 0;
-  g_counting = true;
+  const int64_t at_start = HeapAllocations();
   for (const auto& p : prompts) ASSERT_TRUE((*engine)->AddRequest(p, Greedy(60)).ok());
-  g_counting = false;
-  ASSERT_GT(g_allocations.load(), 0) << "the counting operator new is not in use";
+  ASSERT_GT(HeapAllocations(), at_start) << "the counting operator new is not in use";
   // Prefill, then a few decode steps to warm every path (thread-local kernel scratch).
   do {
     (*engine)->Step();
   } while ((*engine)->last_schedule().total_num_scheduled_tokens != 8);
   for (int s = 0; s < 3; ++s) (*engine)->Step();
   // 40 decode steps cross block boundaries (new block ids) for every request.
-  g_allocations = 0;
-  g_counting = true;
+  const int64_t before = HeapAllocations();
+  TraceHeapAllocations(true);
   for (int s = 0; s < 40; ++s) (*engine)->Step();
-  g_counting = false;
+  TraceHeapAllocations(false);
+  const int64_t allocations = HeapAllocations() - before;
   EXPECT_EQ((*engine)->last_schedule().total_num_scheduled_tokens, 8);
-  EXPECT_EQ(g_allocations.load(), 0) << "heap allocations in 40 steady decode steps";
+  EXPECT_EQ(allocations, 0) << "heap allocations in 40 steady decode steps";
 }
 
 TEST(EngineTest, PrefixCachingComputesOnlyTheSuffixWithIdenticalLogits) {

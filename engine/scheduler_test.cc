@@ -2,12 +2,10 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
-#include <new>
 #include <random>
 #include <set>
 #include <string>
@@ -15,43 +13,7 @@
 #include <vector>
 
 #include "core/check.h"
-
-// ---- heap allocation counter --------------------------------------------------------------------
-// Replaces the global allocation functions of this test binary so a test can assert that a code
-// path performs no heap allocation.
-
-namespace {
-std::atomic<int64_t> g_heap_allocations{0};
-
-void* CountedAlloc(std::size_t size, std::size_t alignment) {
-  g_heap_allocations.fetch_add(1, std::memory_order_relaxed);
-  void* p = nullptr;
-  if (alignment <= alignof(std::max_align_t)) {
-    p = std::malloc(size == 0 ? 1 : size);
-  } else if (posix_memalign(&p, alignment, size == 0 ? 1 : size) != 0) {
-    p = nullptr;
-  }
-  if (p == nullptr) throw std::bad_alloc();
-  return p;
-}
-}  // namespace
-
-void* operator new(std::size_t size) { return CountedAlloc(size, 0); }
-void* operator new[](std::size_t size) { return CountedAlloc(size, 0); }
-void* operator new(std::size_t size, std::align_val_t a) {
-  return CountedAlloc(size, static_cast<std::size_t>(a));
-}
-void* operator new[](std::size_t size, std::align_val_t a) {
-  return CountedAlloc(size, static_cast<std::size_t>(a));
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+#include "core/heap_counter.h"
 
 namespace moeserve::engine {
 namespace {
@@ -691,12 +653,12 @@ TEST_P(SteadyDecodeTest, AllocatesNothing) {
   std::vector<int32_t> sampled(kRequests, kFiller);
 
   // Positions 11 to 60: every request crosses block boundaries at 16, 32 and 48.
-  const int64_t before = g_heap_allocations.load();
+  const int64_t before = HeapAllocations();
   for (int step = 0; step < 50; ++step) {
     const SchedulerOutput& out = scheduler_->Schedule();
     scheduler_->Update(out, sampled.data());
   }
-  const int64_t allocations = g_heap_allocations.load() - before;
+  const int64_t allocations = HeapAllocations() - before;
   EXPECT_EQ(allocations, 0);
 
   EXPECT_EQ(scheduler_->num_running(), kRequests);
@@ -715,10 +677,10 @@ INSTANTIATE_TEST_SUITE_P(Models, SteadyDecodeTest, ::testing::Bool(),
                          });
 
 TEST(HeapCounterTest, CountsAllocations) {
-  const int64_t before = g_heap_allocations.load();
+  const int64_t before = HeapAllocations();
   auto v = std::make_unique<std::vector<int>>(100);
   EXPECT_EQ(v->size(), 100u);
-  EXPECT_GE(g_heap_allocations.load() - before, 2);
+  EXPECT_GE(HeapAllocations() - before, 2);
 }
 
 }  // namespace

@@ -16,24 +16,16 @@
 #include "io/model_config.h"
 #include "model/checkpoint_layout.h"
 
+#include "tests/run_binary.h"
+
 namespace moeserve {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct CommandResult {
-  int exit_code;
-  std::string out;
-  std::string err;
-};
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using e2e::CommandResult;
+using e2e::ReadFile;
 
 class CliTest : public ::testing::Test {
  protected:
@@ -48,15 +40,7 @@ class CliTest : public ::testing::Test {
 
   // Runs `moeserve <args>`; args are passed through the shell as written.
   static CommandResult Run(const std::string& args) {
-    const fs::path err_file = *dir_ / "stderr.txt";
-    const std::string cmd = std::string(MOESERVE_BINARY) + " " + args + " 2>" + err_file.string();
-    FILE* pipe = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
-    const int status = pclose(pipe);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, ReadFile(err_file)};
+    return e2e::RunMoeserve(args, *dir_ / "stderr.txt");
   }
 
   static fs::path Dir(const std::string& name) { return *dir_ / name; }

@@ -15,28 +15,18 @@
 #include <regex>
 #include <sstream>
 
+#include "tests/run_binary.h"
+
 namespace moeserve {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct CommandResult {
-  int exit_code;
-  std::string out;
-  std::string err;
-};
+using e2e::CommandResult;
+using e2e::ReadFile;
 
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void WriteFile(const fs::path& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
+using e2e::WriteFile;
 
 std::string JoinIds(const json& ids) {
   std::string out;
@@ -76,15 +66,7 @@ class GenerateEngineTest : public ::testing::Test {
 
   // Runs `moeserve <args>`; args are passed through the shell as written.
   static CommandResult Run(const std::string& args) {
-    const fs::path err_file = *dir_ / "stderr.txt";
-    const std::string cmd = std::string(MOESERVE_BINARY) + " " + args + " 2>" + err_file.string();
-    FILE* pipe = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
-    const int status = pclose(pipe);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, ReadFile(err_file)};
+    return e2e::RunMoeserve(args, *dir_ / "stderr.txt");
   }
 
   static std::string Model(const char* arch) { return (*dir_ / arch).string(); }

@@ -1,0 +1,57 @@
+#include "core/heap_counter.h"
+
+#include <execinfo.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdlib>
+#include <new>
+
+namespace moeserve {
+namespace {
+
+std::atomic<int64_t> g_allocations{0};
+std::atomic<bool> g_trace{false};
+
+void* CountedAlloc(std::size_t size, std::size_t alignment) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (g_trace.load(std::memory_order_relaxed)) {
+    void* frames[32];
+    backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
+  }
+  void* p = nullptr;
+  if (alignment <= alignof(std::max_align_t)) {
+    p = std::malloc(size == 0 ? 1 : size);
+  } else if (posix_memalign(&p, alignment, size == 0 ? 1 : size) != 0) {
+    p = nullptr;
+  }
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
+}  // namespace
+
+int64_t HeapAllocations() { return g_allocations.load(std::memory_order_relaxed); }
+
+void TraceHeapAllocations(bool on) {
+  g_trace.store(on && std::getenv("MOESERVE_TRACE_ALLOC") != nullptr, std::memory_order_relaxed);
+}
+
+}  // namespace moeserve
+
+void* operator new(std::size_t size) { return moeserve::CountedAlloc(size, 0); }
+void* operator new[](std::size_t size) { return moeserve::CountedAlloc(size, 0); }
+void* operator new(std::size_t size, std::align_val_t a) {
+  return moeserve::CountedAlloc(size, static_cast<std::size_t>(a));
+}
+void* operator new[](std::size_t size, std::align_val_t a) {
+  return moeserve::CountedAlloc(size, static_cast<std::size_t>(a));
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
