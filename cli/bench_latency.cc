@@ -57,13 +57,14 @@ Result<RunResult> RunBatch(model::CausalLm& lm, const engine::EngineConfig& conf
   // Every request must run at once, or the batch measured is not `batch`.
   CHECK_GE(config.max_num_seqs, batch);
   std::mt19937 rng(static_cast<uint32_t>(seed));
-  engine::StopConditions stop;
-  stop.max_tokens = output_len;
-  stop.ignore_eos = true;
+  engine::SamplingParams params;  // greedy: the benchmark measures the engine, not the sampler
+  params.temperature = 0;
+  params.max_tokens = output_len;
+  params.ignore_eos = true;
   for (int64_t b = 0; b < batch; ++b) {
     std::vector<int32_t> prompt(input_len);
     for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % lm.config().vocab_size);
-    if (Result<int64_t> id = engine->AddRequest(std::move(prompt), stop); !id.ok()) {
+    if (Result<int64_t> id = engine->AddRequest(std::move(prompt), params); !id.ok()) {
       return id.status();
     }
   }

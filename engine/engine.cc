@@ -105,27 +105,50 @@ Engine::Engine(model::CausalLm& model, const EngineLayout& layout, const Schedul
       layout_(layout),
       cache_manager_(cache),
       scheduler_(scheduler, cache_manager_),
-      runner_(std::make_unique<ModelRunner>(model, runner)) {
+      runner_(std::make_unique<ModelRunner>(model, runner)),
+      seeds_(std::random_device{}()) {
   layout_.state_bytes = runner_->cache().state_bytes();
 }
 
-Result<int64_t> Engine::AddRequest(std::vector<int32_t> prompt, StopConditions stop) {
-  const int64_t vocab = model_.config().vocab_size;
+std::vector<SamplingParams> FanOut(const SamplingParams& params) {
+  std::vector<SamplingParams> choices(std::max<int64_t>(params.n, 1), params);
+  for (size_t i = 0; i < choices.size(); ++i) {
+    choices[i].n = 1;
+    if (params.seed.has_value() && *params.seed != -1) choices[i].seed = *params.seed + i;
+  }
+  return choices;
+}
+
+Result<int64_t> Engine::AddRequest(std::vector<int32_t> prompt, SamplingParams params) {
+  const io::ModelConfig& c = model_.config();
   for (size_t i = 0; i < prompt.size(); ++i) {
-    if (prompt[i] < 0 || prompt[i] >= vocab) {
+    if (prompt[i] < 0 || prompt[i] >= c.vocab_size) {
       return InvalidArgument("prompt token {} (at {}) is outside the vocabulary [0, {})",
-                             prompt[i], i, vocab);
+                             prompt[i], i, c.vocab_size);
     }
   }
-  if (stop.eos_token_ids.empty()) {
-    for (int64_t id : model_.config().eos_token_ids) {
-      stop.eos_token_ids.push_back(static_cast<int32_t>(id));
-    }
+  RETURN_IF_ERROR(params.Validate(c.vocab_size));
+  if (params.n != 1) {
+    return InvalidArgument("n must be 1 for one engine request (got {}); FanOut splits it",
+                           params.n);
   }
+  if (!params.bad_words.empty() && params.bad_words_token_ids.empty()) {
+    return InvalidArgument("bad_words must be tokenized (ResolveBadWords) before AddRequest");
+  }
+  params.Normalize();
   auto request = std::make_unique<Request>();
   request->id = next_id_;
+  for (int64_t id : c.eos_token_ids) request->stop.eos_token_ids.push_back(static_cast<int32_t>(id));
+  request->stop.max_tokens = params.max_tokens;
+  request->stop.min_tokens = params.min_tokens;
+  request->stop.ignore_eos = params.ignore_eos;
+  request->stop.stop_token_ids = params.stop_token_ids;
+  request->skip_prefix_cache = params.prompt_logprobs.has_value();
+  request->sampler = std::make_unique<RequestSampler>(params, prompt, request->stop.eos_token_ids,
+                                                      c.vocab_size, seeds_());
+  if (params.logprobs.has_value()) request->output_logprobs.reserve(params.max_tokens);
+  request->params = std::move(params);
   request->prompt_token_ids = std::move(prompt);
-  request->stop = std::move(stop);
   RETURN_IF_ERROR(scheduler_.AddRequest(std::move(request)));
   return next_id_++;
 }

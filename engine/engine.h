@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "core/check.h"
@@ -42,6 +43,10 @@ struct EngineLayout {
   bool prefix_caching = false;
 };
 
+// vLLM's parallel sampling: n > 1 becomes n requests with n = 1, choice i seeded seed + i when a
+// seed is set (vllm/v1/engine/parallel_sampling.py).
+std::vector<SamplingParams> FanOut(const SamplingParams& params);
+
 class Engine {
  public:
   // Validates the config against the model (a bad value is an InvalidArgument naming it) and
@@ -51,13 +56,17 @@ class Engine {
   const EngineLayout& layout() const { return layout_; }
   const model::CausalLm& model() const { return model_; }
 
-  // Queues a request; returns its id. EOS ids default to the model config's. Rejects (naming the
-  // problem) an empty prompt, token ids outside the vocabulary, a prompt longer than
-  // max_model_len, max_tokens < 1.
-  Result<int64_t> AddRequest(std::vector<int32_t> prompt, StopConditions stop);
+  // Queues a request; returns its id. Rejects (naming the problem) an empty prompt, token ids
+  // outside the vocabulary, a prompt longer than max_model_len, and invalid sampling parameters
+  // (SamplingParams::Validate; n must be 1 here -- FanOut makes a request per choice). The EOS
+  // ids are the model config's. Bad words must be resolved (ResolveBadWords) by the caller.
+  Result<int64_t> AddRequest(std::vector<int32_t> prompt, SamplingParams params);
 
   // Aborts a request in any state, freeing its cache. False if unknown or already finished.
-  bool Abort(int64_t id) { return scheduler_.Abort(id); }
+  // reason kStop ends it as finished by a stop string (the frontend's detokenizer found one).
+  bool Abort(int64_t id, FinishReason reason = FinishReason::kAbort) {
+    return scheduler_.Abort(id, reason);
+  }
 
   // One engine step: schedule, forward, sample, update. Returns the requests that received a
   // token this step (finished ones included), valid until the next Step.
@@ -89,6 +98,7 @@ class Engine {
   Scheduler scheduler_;
   std::unique_ptr<ModelRunner> runner_;
   int64_t next_id_ = 0;
+  std::mt19937_64 seeds_;  // generators of requests without a seed
   const SchedulerOutput* last_schedule_ = nullptr;
 };
 

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -50,11 +51,12 @@ std::vector<int32_t> RandomPrompt(int64_t n, uint32_t seed, int64_t vocab) {
   return p;
 }
 
-StopConditions Greedy(int64_t max_tokens) {
-  StopConditions stop;
-  stop.max_tokens = max_tokens;
-  stop.ignore_eos = true;
-  return stop;
+SamplingParams Greedy(int64_t max_tokens) {
+  SamplingParams params;
+  params.temperature = 0;
+  params.max_tokens = max_tokens;
+  params.ignore_eos = true;
+  return params;
 }
 
 // Everything a request produced: its tokens and the logits each was sampled from.
@@ -346,6 +348,105 @@ TEST(EngineTest, AttentionOnlyModelIsBatchInvariantToo) {
   }
 }
 
+// Per-request generators: a seeded sampled request gives the same tokens alone and among seven
+// others (greedy and sampled, different lengths and phases).
+TEST(EngineTest, SeededSamplingIsBatchInvariant) {
+  auto lm = LoadModel(kHybridDir);
+  ASSERT_TRUE(lm);
+  const auto prompts = EightPrompts(lm->config().vocab_size);
+  const EngineConfig config{.max_num_seqs = 8, .max_num_batched_tokens = 128, .max_model_len = 256};
+  auto params_of = [](size_t i) {
+    SamplingParams p;
+    p.temperature = i % 3 == 0 ? 0.0 : 0.8;
+    p.top_p = 0.9;
+    p.top_k = i % 2 == 0 ? 20 : 0;
+    p.seed = 1000 + static_cast<int64_t>(i);
+    p.repetition_penalty = i == 5 ? 1.3 : 1.0;
+    p.max_tokens = 12;
+    p.ignore_eos = true;
+    return p;
+  };
+  auto run = [&](const std::vector<size_t>& which) {
+    auto engine = Engine::Create(*lm, config);
+    EXPECT_TRUE(engine.ok());
+    std::map<int64_t, size_t> index_of;
+    for (size_t i : which) index_of[*(*engine)->AddRequest(prompts[i], params_of(i))] = i;
+    while ((*engine)->HasUnfinished()) (*engine)->Step();
+    std::map<size_t, std::vector<int32_t>> out;
+    for (const auto& [id, i] : index_of) out[i] = (*engine)->Find(id)->output_token_ids;
+    return out;
+  };
+  const auto together = run({0, 1, 2, 3, 4, 5, 6, 7});
+  std::set<std::vector<int32_t>> distinct;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(together.at(i), run({i}).at(i)) << "request " << i;
+    distinct.insert(together.at(i));
+  }
+  EXPECT_EQ(distinct.size(), prompts.size());
+}
+
+// Logprobs are log_softmax of the logits the token was sampled from; prompt logprobs those of
+// the single-sequence forward at every prompt position.
+TEST(EngineTest, LogprobsAreLogSoftmaxOfTheLogits) {
+  auto lm = LoadModel(kHybridDir);
+  ASSERT_TRUE(lm);
+  const int64_t V = lm->config().vocab_size;
+  const std::vector<int32_t> prompt = RandomPrompt(70, 31, V);
+  auto engine = Engine::Create(*lm, {.max_num_seqs = 2, .max_num_batched_tokens = 64,
+                                     .max_model_len = 128});
+  ASSERT_TRUE(engine.ok());
+  SamplingParams p = Greedy(5);
+  p.logprobs = 3;
+  p.prompt_logprobs = 2;
+  const int64_t id = *(*engine)->AddRequest(prompt, p);
+  std::vector<std::vector<float>> logits;
+  while ((*engine)->HasUnfinished()) {
+    (*engine)->Step();
+    if (const float* row = (*engine)->runner().logits_of(0)) logits.emplace_back(row, row + V);
+  }
+  const Request& r = *(*engine)->Find(id);
+  auto log_softmax = [&](const float* x, int32_t token) {
+    double m = *std::max_element(x, x + V), sum = 0;
+    for (int64_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(x[i]) - m);
+    return static_cast<double>(x[token]) - m - std::log(sum);
+  };
+  ASSERT_EQ(r.output_logprobs.size(), 5u);
+  for (size_t s = 0; s < 5; ++s) {
+    const SampledToken& t = r.output_logprobs[s];
+    EXPECT_EQ(t.token, r.output_token_ids[s]);
+    EXPECT_EQ(t.sampled.rank, 1);  // greedy
+    EXPECT_NEAR(t.sampled.logprob, log_softmax(logits[s].data(), t.token), 1e-5);
+    ASSERT_EQ(t.top.size(), 3u);
+    EXPECT_EQ(t.top[0].token, t.token);
+    EXPECT_GE(t.top[0].logprob, t.top[1].logprob);
+    EXPECT_GE(t.top[1].logprob, t.top[2].logprob);
+  }
+  // Prompt positions: 69 entries (none for the first token), chunked over two steps.
+  model::ModelCache cache(lm->config(), model::CacheSizes{8, 16, 1});
+  std::vector<int32_t> table = {0, 1, 2, 3, 4, 5, 6, 7};
+  std::vector<float> all;
+  lm->Forward({prompt.data(), 70, 0, table.data(), 0}, cache, true, nullptr, &all);
+  ASSERT_EQ(r.prompt_logprobs.size(), 69u);
+  for (size_t j = 0; j < 69; ++j) {
+    const SampledToken& t = r.prompt_logprobs[j];
+    EXPECT_EQ(t.sampled.token, prompt[j + 1]);
+    EXPECT_NEAR(t.sampled.logprob, log_softmax(&all[j * V], prompt[j + 1]), 1e-4) << j;
+    EXPECT_EQ(t.top.size(), 2u);
+  }
+}
+
+TEST(EngineTest, AStopStringEndsTheRequestAsStop) {
+  auto lm = LoadModel(kHybridDir);
+  ASSERT_TRUE(lm);
+  auto engine = Engine::Create(*lm, {.max_num_seqs = 2, .max_model_len = 64});
+  ASSERT_TRUE(engine.ok());
+  const int64_t id = *(*engine)->AddRequest(RandomPrompt(10, 3, 500), Greedy(20));
+  (*engine)->Step();
+  EXPECT_TRUE((*engine)->Abort(id, FinishReason::kStop));
+  EXPECT_EQ((*engine)->Find(id)->finish_reason, FinishReason::kStop);
+  EXPECT_EQ((*engine)->cache_manager().num_used_blocks(), 0);
+}
+
 TEST(EngineTest, RejectsBadConfigsAndRequests) {
   auto lm = LoadModel(kHybridDir);
   ASSERT_TRUE(lm);
@@ -369,6 +470,15 @@ TEST(EngineTest, RejectsBadConfigsAndRequests) {
   EXPECT_FALSE((*engine)->AddRequest({}, Greedy(4)).ok());
   EXPECT_FALSE((*engine)->AddRequest({1, 2, 512}, Greedy(4)).ok());
   EXPECT_FALSE((*engine)->AddRequest({1, 2}, Greedy(0)).ok());
+  SamplingParams hot = Greedy(4);
+  hot.temperature = 2.5;
+  Result<int64_t> bad = (*engine)->AddRequest({1, 2}, hot);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("temperature"), std::string::npos);
+  SamplingParams many = Greedy(4);
+  many.temperature = 1.0;
+  many.n = 2;
+  EXPECT_FALSE((*engine)->AddRequest({1, 2}, many).ok());
   EXPECT_EQ((*engine)->cache_manager().num_used_blocks(), 0);
 }
 

@@ -235,7 +235,7 @@ void KvCacheManager::Uncache(int32_t id) {
 int64_t KvCacheManager::TakeCachedPrefix(Request& r) {
   CHECK(r.block_ids.empty() && r.num_computed_tokens == 0)
       << "request " << r.id << " already holds cache";
-  if (!config_.enable_prefix_caching) return 0;
+  if (!config_.enable_prefix_caching || r.skip_prefix_cache) return 0;
 
   // The last token is always computed (its logits are needed), so at most num_tokens - 1
   // tokens may come from the cache; a block the cap cuts is recomputed whole.

@@ -43,7 +43,7 @@ class KvCacheManager {
   // the longest run of its leading full blocks found in the prefix cache (at most
   // num_tokens - 1 tokens, so the last prompt token is always computed), appends them to
   // r.block_ids, and returns the number of tokens they cover (a multiple of block_size; 0 when
-  // prefix caching is off). Counts queries and hits in the statistics.
+  // prefix caching is off or the request skips it). Counts queries and hits in the statistics.
   int64_t TakeCachedPrefix(Request& r);
 
   // Ensures r holds blocks for positions [0, r.num_computed_tokens + num_new_tokens), and a

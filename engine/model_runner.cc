@@ -26,9 +26,11 @@ ModelRunner::ModelRunner(model::CausalLm& model, const RunnerConfig& config)
   query_start_.resize(seqs + 1);
   state_slots_.resize(seqs);
   seq_block_tables_.resize(seqs);
-  logits_rows_.resize(seqs);
+  logits_rows_.resize(tokens);  // prompt_logprobs may ask for every row
   sampled_.resize(seqs);
   logits_index_.resize(seqs);
+  prompt_rows_.resize(seqs);
+  sample_scratch_.resize(2 * model.config().vocab_size);
   model_.Reserve(tokens, seqs);
 }
 
@@ -93,6 +95,15 @@ const int32_t* ModelRunner::Execute(const SchedulerOutput& out) {
     query_start_[i + 1] = static_cast<int32_t>(num_tokens);
     seq_block_tables_[i] = table;
     state_slots_[i] = std::max(r.state_slot, 0);
+    // prompt_logprobs: the logits at prompt position p score prompt token p + 1.
+    prompt_rows_[i] = {static_cast<int32_t>(num_logits), 0};
+    if (r.params.prompt_logprobs.has_value()) {
+      const int64_t end = std::min(s.first_pos + s.num_new_tokens, r.num_prompt_tokens() - 1);
+      for (int64_t p = s.first_pos; p < end; ++p) {
+        logits_rows_[num_logits++] = static_cast<int32_t>(query_start_[i] + (p - s.first_pos));
+        ++prompt_rows_[i].second;
+      }
+    }
     // Only a chunk that reaches the request's last token yields a token to sample.
     if (s.first_pos + s.num_new_tokens == r.num_tokens()) {
       logits_rows_[num_logits] = static_cast<int32_t>(num_tokens - 1);
@@ -110,11 +121,38 @@ const int32_t* ModelRunner::Execute(const SchedulerOutput& out) {
                                 seq_block_tables_.data(), state_slots_.data()};
   model_.ForwardBatch(batch, cache_, logits_rows_.data(), num_logits);
 
-  const int64_t V = model_.config().vocab_size;
   for (int64_t i = 0; i < num_seqs; ++i) {
-    sampled_[i] = logits_index_[i] < 0 ? -1 : GreedyToken(model_.logits() + logits_index_[i] * V, V);
+    Request& r = *out.scheduled[i].request;
+    RecordPromptLogprobs(r, out.scheduled[i].first_pos, prompt_rows_[i]);
+    sampled_[i] = logits_index_[i] < 0 ? -1 : SampleRow(r, logits_index_[i]);
   }
   return sampled_.data();
+}
+
+int32_t ModelRunner::SampleRow(Request& r, int64_t logits_row) {
+  const int64_t V = model_.config().vocab_size;
+  const float* logits = model_.logits() + logits_row * V;
+  // The greedy fast path: argmax of the raw logits, no copy, no softmax.
+  if (r.sampler->plain_greedy()) return GreedyToken(logits, V);
+  r.sampler->Sample(logits, r.output_token_ids, sample_scratch_.data(), &sampled_token_);
+  r.sampler->Accept(sampled_token_.token);
+  if (r.params.logprobs.has_value()) r.output_logprobs.push_back(sampled_token_);
+  return sampled_token_.token;
+}
+
+void ModelRunner::RecordPromptLogprobs(Request& r, int64_t first_pos,
+                                       std::pair<int32_t, int32_t> rows) {
+  const int64_t V = model_.config().vocab_size;
+  float* logprobs = sample_scratch_.data();
+  for (int32_t j = 0; j < rows.second; ++j) {
+    const int64_t p = first_pos + j;
+    // A request recomputed after preemption has its earlier entries already.
+    if (static_cast<int64_t>(r.prompt_logprobs.size()) != p) continue;
+    LogSoftmax(model_.logits() + (rows.first + j) * V, V, logprobs);
+    SampledToken entry;
+    GatherLogprobs(logprobs, V, *r.params.prompt_logprobs, r.prompt_token_ids[p + 1], &entry);
+    r.prompt_logprobs.push_back(std::move(entry));
+  }
 }
 
 const float* ModelRunner::logits_of(int64_t i) const {

@@ -1,7 +1,8 @@
 // ModelRunner: the worker side of a step. It owns the model's cache memory (KV blocks, GDN state
 // slots) and the persistent input batch -- one row per running request, kept across steps, with
 // its block-table row -- and turns a SchedulerOutput into one forward over the flat token batch
-// plus greedy sampling of the rows that end their request's tokens.
+// plus sampling of the rows that end their request's tokens (each request's RequestSampler; a
+// plain greedy request takes argmax directly) and, when asked, logprobs.
 //
 // Per step only what changed is written: the scheduled tokens' ids, positions and sequence
 // index, query_start, the block ids appended since the last step, and the logits rows
@@ -11,6 +12,7 @@
 
 #include <cstdint>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/scheduler.h"
@@ -31,9 +33,10 @@ class ModelRunner {
   ModelRunner(model::CausalLm& model, const RunnerConfig& config);
 
   // Runs the step `out` describes (it must come from the Scheduler sharing this runner's cache
-  // sizes). Returns sampled[i] for out.scheduled[i]: the greedy token, or -1 when that request's
+  // sizes). Returns sampled[i] for out.scheduled[i]: the sampled token, or -1 when that request's
   // chunk stops short of its last token (a partial prefill: nothing to sample). Valid until the
-  // next call.
+  // next call. Logprobs asked for are appended to the requests (output_logprobs for sampled
+  // tokens, prompt_logprobs for the prompt positions this step computed).
   const int32_t* Execute(const SchedulerOutput& out);
 
   // The logits [vocab] the last Execute sampled out.scheduled[i] from, or null if it sampled
@@ -48,6 +51,11 @@ class ModelRunner {
   int32_t AddRow(int64_t request_id);
   void RemoveRow(int64_t request_id);
   int32_t* block_row(int32_t row) { return &block_tables_[row * config_.max_blocks_per_request]; }
+  // Samples request r's next token from logits row `logits_row` (and records its logprobs).
+  int32_t SampleRow(Request& r, int64_t logits_row);
+  // Appends r's prompt logprobs for the `rows.second` logits rows from rows.first, which score
+  // prompt tokens first_pos + 1 ...
+  void RecordPromptLogprobs(Request& r, int64_t first_pos, std::pair<int32_t, int32_t> rows);
 
   model::CausalLm& model_;
   RunnerConfig config_;
@@ -64,6 +72,9 @@ class ModelRunner {
   std::vector<int64_t> positions_;
   std::vector<const int32_t*> seq_block_tables_;
   std::vector<int32_t> sampled_, logits_index_;  // per scheduled request
+  std::vector<std::pair<int32_t, int32_t>> prompt_rows_;  // (first logits row, count) per request
+  std::vector<float> sample_scratch_;                     // [2, vocab]
+  SampledToken sampled_token_;
   int64_t last_num_seqs_ = 0;
 };
 

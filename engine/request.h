@@ -3,7 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include "engine/sampler.h"
+#include "engine/sampling_params.h"
 
 namespace moeserve::engine {
 
@@ -20,7 +24,7 @@ enum class FinishReason { kNone, kStop, kLength, kAbort };
 
 const char* FinishReasonName(FinishReason reason);  // "stop" | "length" | "abort" | "none"
 
-// When a request stops. Sampling parameters proper arrive with the sampling issue.
+// When a request stops: the part of its SamplingParams the scheduler checks after each token.
 struct StopConditions {
   int64_t max_tokens = 16;               // >= 1
   int64_t min_tokens = 0;                // EOS and stop ids do not stop before this many outputs
@@ -34,6 +38,14 @@ struct Request {
   std::vector<int32_t> prompt_token_ids;
   std::vector<int32_t> output_token_ids;  // reserved to max_tokens at admission
   StopConditions stop;
+  SamplingParams params;  // validated and normalized
+  // Built at admission, kept across preemptions (penalty counts, generator); the model runner
+  // samples with it.
+  std::unique_ptr<RequestSampler> sampler;
+  // Filled by the model runner when params.logprobs / params.prompt_logprobs ask for them: one
+  // entry per output token, and one per prompt token after the first.
+  std::vector<SampledToken> output_logprobs;
+  std::vector<SampledToken> prompt_logprobs;
 
   RequestStatus status = RequestStatus::kWaiting;
   FinishReason finish_reason = FinishReason::kNone;
@@ -42,6 +54,7 @@ struct Request {
   int64_t num_computed_tokens = 0;
   int64_t num_cached_tokens = 0;  // prompt tokens served by the prefix cache at first schedule
   int64_t num_preemptions = 0;
+  bool skip_prefix_cache = false;  // prompt_logprobs need every prompt position computed
 
   // Cache held while running: KV block ids of the full-attention layers in logical order
   // (block b holds positions [b * block_size, (b + 1) * block_size)), reserved at admission to

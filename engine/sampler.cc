@@ -1,6 +1,30 @@
 #include "engine/sampler.h"
 
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numeric>
+
+#include "core/check.h"
+
 namespace moeserve::engine {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// GatherLogprobs keeps small top-n lists by insertion (one compare per token for most of the
+// vocabulary); larger ones sort an index array.
+constexpr int64_t kMaxInsertionTopN = 64;
+
+// Sorted, without repeats.
+std::vector<int32_t> SortedUnique(std::vector<int32_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+}  // namespace
 
 int32_t GreedyToken(const float* logits, int64_t vocab) {
   int64_t best = 0;
@@ -8,6 +32,318 @@ int32_t GreedyToken(const float* logits, int64_t vocab) {
     if (logits[i] > logits[best]) best = i;
   }
   return static_cast<int32_t>(best);
+}
+
+void LogSoftmax(const float* logits, int64_t vocab, float* out) {
+  float max = kNegInf;
+  for (int64_t i = 0; i < vocab; ++i) max = std::max(max, logits[i]);
+  if (max == kNegInf) {  // nothing possible: every logprob is -inf
+    std::fill(out, out + vocab, kNegInf);
+    return;
+  }
+  double sum = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(logits[i] - max);
+  const double log_normalizer = static_cast<double>(max) + std::log(sum);
+  for (int64_t i = 0; i < vocab; ++i) {
+    out[i] = static_cast<float>(static_cast<double>(logits[i]) - log_normalizer);
+  }
+}
+
+void GatherLogprobs(const float* logprobs, int64_t vocab, int64_t n, int32_t token,
+                    SampledToken* result) {
+  CHECK(token >= 0 && token < vocab) << "token " << token << " outside [0, " << vocab << ")";
+  if (n < 0 || n > vocab) n = vocab;
+  const float own = logprobs[token];
+  int64_t greater = 0;
+  for (int64_t i = 0; i < vocab; ++i) greater += logprobs[i] > own;
+  result->sampled = TokenLogprob{token, own, 1 + greater};
+
+  std::vector<TokenLogprob>& top = result->top;
+  top.clear();
+  if (n == 0) return;
+  top.reserve(n);
+  if (n <= kMaxInsertionTopN) {
+    // Ids arrive ascending, so an equal logprob already listed has the lower id and stays ahead.
+    for (int64_t i = 0; i < vocab; ++i) {
+      const float lp = logprobs[i];
+      if (static_cast<int64_t>(top.size()) == n) {
+        if (!(lp > top.back().logprob)) continue;
+        top.pop_back();
+      }
+      auto at = std::find_if(top.begin(), top.end(),
+                             [lp](const TokenLogprob& e) { return e.logprob < lp; });
+      top.insert(at, TokenLogprob{static_cast<int32_t>(i), lp, 0});
+    }
+  } else {
+    std::vector<int32_t> ids(vocab);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [logprobs](int32_t a, int32_t b) {
+      return logprobs[a] > logprobs[b] || (logprobs[a] == logprobs[b] && a < b);
+    });
+    for (int64_t i = 0; i < n; ++i) top.push_back(TokenLogprob{ids[i], logprobs[ids[i]], 0});
+  }
+  // Ranks as for the sampled token: 1 + the number strictly larger, so equal logprobs share one.
+  for (size_t i = 0; i < top.size(); ++i) {
+    top[i].rank = (i > 0 && top[i].logprob == top[i - 1].logprob) ? top[i - 1].rank
+                                                                   : static_cast<int64_t>(i) + 1;
+  }
+}
+
+RequestSampler::RequestSampler(const SamplingParams& p, std::span<const int32_t> prompt,
+                               std::span<const int32_t> eos_token_ids, int64_t vocab,
+                               uint64_t unseeded_seed)
+    : vocab_(vocab),
+      greedy_(p.greedy()),
+      temperature_(static_cast<float>(p.temperature)),
+      top_p_(p.top_p),
+      top_k_(p.top_k > 0 && p.top_k < vocab ? p.top_k : 0),
+      min_p_(p.min_p),
+      logprobs_(p.logprobs),
+      min_tokens_(p.min_tokens),
+      repetition_penalty_(static_cast<float>(p.repetition_penalty)),
+      frequency_penalty_(static_cast<float>(p.frequency_penalty)),
+      presence_penalty_(static_cast<float>(p.presence_penalty)),
+      generator_(p.seed.has_value() && *p.seed != -1 ? static_cast<uint64_t>(*p.seed)
+                                                     : unseeded_seed) {
+  CHECK_GT(vocab, 0);
+  auto check_id = [vocab](int32_t id, const char* what) {
+    CHECK(id >= 0 && id < vocab) << what << " token " << id << " outside [0, " << vocab << ")";
+  };
+  if (greedy_) {  // as Normalize leaves them; the greedy path never reads them anyway
+    top_p_ = 1.0;
+    top_k_ = 0;
+    min_p_ = 0.0;
+  }
+
+  if (p.allowed_token_ids.has_value()) {
+    allowed_ids_ = SortedUnique(*p.allowed_token_ids);
+    CHECK(!allowed_ids_.empty()) << "allowed_token_ids is empty";
+    for (int32_t id : allowed_ids_) check_id(id, "allowed_token_ids");
+    if (static_cast<int64_t>(allowed_ids_.size()) == vocab) allowed_ids_.clear();  // no-op
+  }
+
+  for (const std::vector<int32_t>& seq : p.bad_words_token_ids) {
+    for (int32_t id : seq) check_id(id, "bad_words");
+    if (seq.size() == 1) {
+      banned_ids_.push_back(seq[0]);
+    } else if (seq.size() > 1) {
+      bad_sequences_.push_back(seq);
+    }
+  }
+  banned_ids_ = SortedUnique(std::move(banned_ids_));
+
+  if (min_tokens_ > 0) {
+    std::vector<int32_t> ids(eos_token_ids.begin(), eos_token_ids.end());
+    ids.insert(ids.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
+    min_tokens_stop_ids_ = SortedUnique(std::move(ids));
+    for (int32_t id : min_tokens_stop_ids_) check_id(id, "min_tokens stop");
+  }
+  if (min_tokens_stop_ids_.empty()) min_tokens_ = 0;  // nothing to suppress
+
+  // One bias per token, the last given (a dict in vLLM), clamped as Normalize does; zero
+  // biases change nothing and are dropped.
+  for (auto it = p.logit_bias.rbegin(); it != p.logit_bias.rend(); ++it) {
+    check_id(it->first, "logit_bias");
+    const bool seen = std::any_of(logit_bias_.begin(), logit_bias_.end(),
+                                  [&](const auto& e) { return e.first == it->first; });
+    if (!seen) logit_bias_.emplace_back(it->first, std::clamp(it->second, -100.0f, 100.0f));
+  }
+  std::erase_if(logit_bias_, [](const auto& e) { return e.second == 0.0f; });
+
+  // Outputs past vocab distinct tokens are impossible, and past max_tokens the request stops.
+  const size_t max_new_distinct = static_cast<size_t>(std::min<int64_t>(p.max_tokens, vocab));
+  if (repetition_penalty_ != 1.0f) {
+    in_prompt_or_output_.assign(vocab, 0);
+    for (int32_t t : prompt) {
+      check_id(t, "prompt");
+      if (!in_prompt_or_output_[t]) {
+        in_prompt_or_output_[t] = 1;
+        prompt_or_output_ids_.push_back(t);
+      }
+    }
+    prompt_or_output_ids_.reserve(
+        std::min<size_t>(prompt_or_output_ids_.size() + max_new_distinct, vocab));
+  }
+  if (frequency_penalty_ != 0.0f || presence_penalty_ != 0.0f) {
+    output_counts_.assign(vocab, 0);
+    output_ids_.reserve(max_new_distinct);
+  }
+
+  if (!greedy_ && top_p_ < 1.0) order_.resize(vocab);
+
+  plain_greedy_ = greedy_ && allowed_ids_.empty() && banned_ids_.empty() &&
+                  bad_sequences_.empty() && min_tokens_ == 0 && logit_bias_.empty() &&
+                  repetition_penalty_ == 1.0f && output_counts_.empty() && !logprobs_.has_value();
+}
+
+void RequestSampler::ApplyProcessors(const float* logits, std::span<const int32_t> outputs,
+                                     float* work) const {
+  if (allowed_ids_.empty()) {
+    std::copy(logits, logits + vocab_, work);
+  } else {
+    std::fill(work, work + vocab_, kNegInf);
+    for (int32_t id : allowed_ids_) work[id] = logits[id];
+  }
+
+  for (int32_t id : banned_ids_) work[id] = kNegInf;
+  for (const std::vector<int32_t>& seq : bad_sequences_) {
+    const size_t prefix = seq.size() - 1;
+    if (outputs.size() < prefix) continue;
+    if (std::equal(seq.begin(), seq.end() - 1, outputs.end() - prefix)) work[seq.back()] = kNegInf;
+  }
+
+  if (static_cast<int64_t>(outputs.size()) < min_tokens_) {
+    for (int32_t id : min_tokens_stop_ids_) work[id] = kNegInf;
+  }
+
+  for (const auto& [id, bias] : logit_bias_) work[id] += bias;
+
+  // vLLM's apply_penalties: repetition over prompt and outputs, then frequency and presence over
+  // outputs; each is per token, so touching only the listed tokens keeps vLLM's order.
+  if (repetition_penalty_ != 1.0f) {
+    const float r = repetition_penalty_;
+    for (int32_t id : prompt_or_output_ids_) work[id] = work[id] > 0 ? work[id] / r : work[id] * r;
+  }
+  if (!output_counts_.empty()) {
+    for (int32_t id : output_ids_) {
+      work[id] -= frequency_penalty_ * static_cast<float>(output_counts_[id]);
+      work[id] -= presence_penalty_;
+    }
+  }
+}
+
+double RequestSampler::FinalWeights(float* work, float* weights) {
+  const int64_t V = vocab_;
+  float max = kNegInf;
+  if (temperature_ != 1.0f) {
+    for (int64_t i = 0; i < V; ++i) {
+      work[i] /= temperature_;
+      max = std::max(max, work[i]);
+    }
+  } else {
+    for (int64_t i = 0; i < V; ++i) max = std::max(max, work[i]);
+  }
+  if (max == kNegInf) return 0.0;  // every token masked
+
+  // min_p: p < min_p * p_max  <=>  logit < max + log(min_p) (softmax's normalizer cancels).
+  if (min_p_ > 0.0) {
+    const float cut = max + static_cast<float>(std::log(min_p_));
+    for (int64_t i = 0; i < V; ++i) {
+      if (work[i] < cut) work[i] = kNegInf;
+    }
+  }
+
+  // top-k: keep every logit >= the k-th largest (vLLM's mask is `logits < kth`, so ties at the
+  // boundary all stay). weights is free scratch until the exp below.
+  if (top_k_ > 0) {
+    std::copy(work, work + V, weights);
+    std::nth_element(weights, weights + (top_k_ - 1), weights + V, std::greater<float>());
+    const float kth = weights[top_k_ - 1];
+    for (int64_t i = 0; i < V; ++i) {
+      if (work[i] < kth) work[i] = kNegInf;
+    }
+  }
+
+  double total = 0.0;
+  for (int64_t i = 0; i < V; ++i) {
+    weights[i] = std::exp(work[i] - max);
+    total += weights[i];
+  }
+
+  // top-p: keep the shortest prefix of the tokens by descending probability (ties: lower id
+  // first) whose mass reaches top_p -- a token stays when the mass strictly before it is below
+  // top_p * total, so the first always does. This is vLLM's "mask where the ascending cumulative
+  // probability <= 1 - p". Only tokens with weight >= a threshold are sorted: once their mass
+  // reaches top_p * total, no lighter token can be kept. The threshold drops until it does.
+  if (top_p_ < 1.0) {
+    const double needed = top_p_ * total;
+    int64_t count = 0;
+    for (float threshold = 1e-3f;; threshold = threshold > 1e-30f ? threshold * 1e-4f : 0.0f) {
+      count = 0;
+      double mass = 0.0;
+      for (int64_t i = 0; i < V; ++i) {
+        if (weights[i] > 0.0f && weights[i] >= threshold) {
+          order_[count++] = static_cast<int32_t>(i);
+          mass += weights[i];
+        }
+      }
+      // The margin covers summation order: the walk below sums the same weights sorted.
+      if (mass > needed * (1.0 + 1e-9) || threshold == 0.0f) break;
+    }
+    std::sort(order_.begin(), order_.begin() + count, [work](int32_t a, int32_t b) {
+      return work[a] > work[b] || (work[a] == work[b] && a < b);
+    });
+    double before = 0.0;
+    int64_t kept = 0;
+    while (kept < count && before < needed) before += weights[order_[kept++]];
+    // The kept tokens are exactly those ordered at or before the last kept one.
+    const int32_t last = order_[kept - 1];
+    const float last_logit = work[last];
+    total = 0.0;
+    for (int64_t i = 0; i < V; ++i) {
+      const bool keep = work[i] > last_logit || (work[i] == last_logit && i <= last);
+      if (!keep) weights[i] = 0.0f;
+      total += weights[i];
+    }
+  }
+  return total;
+}
+
+int32_t RequestSampler::Draw(const float* weights, double total) {
+  // One uniform double in [0, 1) from the top 53 bits, then the inverse CDF over token ids in
+  // ascending order. vLLM draws by the exponential race (argmax p_i / q_i, q_i ~ Exp(1)); both
+  // give token i with probability weights[i] / total.
+  const double u = static_cast<double>(generator_() >> 11) * 0x1.0p-53;
+  const double target = u * total;
+  double cumulative = 0.0;
+  int32_t last = -1;
+  for (int64_t i = 0; i < vocab_; ++i) {
+    if (weights[i] > 0.0f) {
+      cumulative += weights[i];
+      last = static_cast<int32_t>(i);
+      if (cumulative > target) return last;
+    }
+  }
+  return last;  // only when rounding put target at total
+}
+
+void RequestSampler::Sample(const float* logits, std::span<const int32_t> outputs, float* scratch,
+                            SampledToken* result) {
+  int32_t token;
+  if (plain_greedy_) {
+    token = GreedyToken(logits, vocab_);
+  } else {
+    float* work = scratch;
+    ApplyProcessors(logits, outputs, work);
+    if (greedy_) {
+      token = GreedyToken(work, vocab_);
+    } else {
+      float* weights = scratch + vocab_;
+      const double total = FinalWeights(work, weights);
+      // Nothing left to draw from (every allowed token banned, say): the argmax of what is
+      // left, id 0 when everything is -inf.
+      token = total > 0.0 && std::isfinite(total) ? Draw(weights, total) : GreedyToken(work, vocab_);
+    }
+  }
+  result->token = token;
+  if (logprobs_.has_value()) {
+    // Logprobs of the raw logits (vLLM's default raw_logprobs), which Sample never modifies, so
+    // computing them after the draw gives the same values and frees the scratch for it.
+    LogSoftmax(logits, vocab_, scratch);
+    GatherLogprobs(scratch, vocab_, *logprobs_, token, result);
+  } else {
+    result->sampled = TokenLogprob{token, 0.0f, 0};
+    result->top.clear();
+  }
+}
+
+void RequestSampler::Accept(int32_t token) {
+  CHECK(token >= 0 && token < vocab_) << "accepted token " << token << " outside vocabulary";
+  if (!in_prompt_or_output_.empty() && !in_prompt_or_output_[token]) {
+    in_prompt_or_output_[token] = 1;
+    prompt_or_output_ids_.push_back(token);
+  }
+  if (!output_counts_.empty() && output_counts_[token]++ == 0) output_ids_.push_back(token);
 }
 
 }  // namespace moeserve::engine

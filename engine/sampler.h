@@ -1,12 +1,114 @@
-// Token selection from logits. Greedy only for now: the sampling issue adds vLLM's sampling
-// parameters and logits processors.
+// Token selection with vLLM's semantics (spec/serving.md §3.2). Per request, a RequestSampler is
+// built once when the request joins the batch -- its masks, penalty counts, generator -- and
+// updated as its tokens are accepted; no per-step rebuild. Per row, in vLLM's order:
+//   raw logprobs (if asked) -> allowed_token_ids mask -> bad words -> min_tokens (stop ids to
+//   -inf while fewer than min_tokens outputs) -> logit_bias -> repetition, frequency, presence
+//   penalties -> greedy: argmax | random: temperature -> min_p -> top-k -> top-p -> draw.
+// A greedy request with none of those processors active takes argmax of the raw logits directly
+// (the greedy fast path: no copy, no softmax).
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <random>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "engine/sampling_params.h"
 
 namespace moeserve::engine {
 
 // argmax over logits [vocab]; ties go to the lowest id (as torch.argmax on CPU).
 int32_t GreedyToken(const float* logits, int64_t vocab);
+
+struct TokenLogprob {
+  int32_t token;
+  float logprob;
+  int64_t rank;  // 1 + number of tokens with a strictly larger logprob
+};
+
+// One sampled position: the token, and when logprobs were asked, the token's own logprob and
+// rank plus the top-N tokens (descending logprob, ties by lower id).
+struct SampledToken {
+  int32_t token = -1;
+  TokenLogprob sampled{};
+  std::vector<TokenLogprob> top;
+};
+
+// log_softmax of logits [vocab] into out [vocab], in double-accumulated f32.
+void LogSoftmax(const float* logits, int64_t vocab, float* out);
+
+// The top-n entries of logprobs [vocab] (n = -1: all), and `token`'s own entry, into *result.
+void GatherLogprobs(const float* logprobs, int64_t vocab, int64_t n, int32_t token,
+                    SampledToken* result);
+
+class RequestSampler {
+ public:
+  // p must be validated and normalized. eos_token_ids: the model's, masked by min_tokens (even
+  // with ignore_eos, as vLLM). unseeded_seed seeds the generator when p.seed is unset.
+  RequestSampler(const SamplingParams& p, std::span<const int32_t> prompt,
+                 std::span<const int32_t> eos_token_ids, int64_t vocab, uint64_t unseeded_seed);
+
+  // True when the row can take argmax of the raw logits: greedy, no processor active, no
+  // logprobs.
+  bool plain_greedy() const { return plain_greedy_; }
+
+  // Samples the next token from the raw logits [vocab] (left untouched) given the outputs so
+  // far; scratch holds 2 * vocab floats. Fills *result (logprobs only if asked).
+  void Sample(const float* logits, std::span<const int32_t> outputs, float* scratch,
+              SampledToken* result);
+
+  // Records an accepted output token (penalty counts).
+  void Accept(int32_t token);
+
+ private:
+  friend class RequestSamplerTestPeer;  // sampler_test.cc reads the final distribution
+
+  // Steps before the greedy/random split, on a copy of the raw logits: allowed_token_ids, bad
+  // words, min_tokens, logit_bias, penalties. logits [vocab] -> work [vocab].
+  void ApplyProcessors(const float* logits, std::span<const int32_t> outputs, float* work) const;
+  // The random path up to the draw: temperature, min_p, top-k, top-p over work [vocab] (changed
+  // in place). weights [vocab] gets the final distribution unnormalized (exp(logit - max), 0 for
+  // masked tokens); returns its sum, accumulated in id order in double.
+  double FinalWeights(float* work, float* weights);
+  // Inverse-CDF draw from weights [vocab] (sum `total`), one 53-bit uniform from generator_.
+  int32_t Draw(const float* weights, double total);
+
+  int64_t vocab_;
+  bool greedy_;
+  bool plain_greedy_;
+  float temperature_;
+  double top_p_;    // 1: off
+  int64_t top_k_;   // 0: off (also when >= vocab)
+  double min_p_;    // 0: off
+  std::optional<int64_t> logprobs_;
+
+  // allowed_token_ids, sorted and unique; empty when unrestricted.
+  std::vector<int32_t> allowed_ids_;
+  // Bad words: single-token ones are always banned; longer ones ban their last token when the
+  // outputs end with the rest.
+  std::vector<int32_t> banned_ids_;
+  std::vector<std::vector<int32_t>> bad_sequences_;
+  // EOS and stop_token_ids, masked while fewer than min_tokens_ outputs.
+  int64_t min_tokens_;
+  std::vector<int32_t> min_tokens_stop_ids_;
+  std::vector<std::pair<int32_t, float>> logit_bias_;
+
+  // Penalties. The dense per-token state exists only when its penalty is active; the lists name
+  // the tokens it is non-zero for, so that a step touches only those (reserved at construction
+  // for max_tokens outputs, so Accept does not allocate either).
+  float repetition_penalty_;  // 1: off
+  float frequency_penalty_;   // 0: off
+  float presence_penalty_;    // 0: off
+  std::vector<uint8_t> in_prompt_or_output_;  // [vocab] if repetition_penalty_ != 1
+  std::vector<int32_t> prompt_or_output_ids_;
+  std::vector<int32_t> output_counts_;  // [vocab] if frequency or presence is active
+  std::vector<int32_t> output_ids_;     // distinct output tokens
+
+  // Top-p's candidate token ids ([vocab] when top-p is on).
+  std::vector<int32_t> order_;
+  std::mt19937_64 generator_;
+};
 
 }  // namespace moeserve::engine

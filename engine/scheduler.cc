@@ -241,10 +241,10 @@ const std::vector<Request*>& Scheduler::Update(const SchedulerOutput& out, const
   return updated_;
 }
 
-bool Scheduler::Abort(int64_t id) {
+bool Scheduler::Abort(int64_t id, FinishReason reason) {
   const auto it = requests_.find(id);
   if (it == requests_.end() || it->second->finished()) return false;
-  Finish(*it->second, FinishReason::kAbort);
+  Finish(*it->second, reason);
   return true;
 }
 

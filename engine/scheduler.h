@@ -73,9 +73,10 @@ class Scheduler {
   // order, valid until the next call.
   const std::vector<Request*>& Update(const SchedulerOutput& out, const int32_t* sampled);
 
-  // Aborts a request in any state, freeing what it holds. Returns false if the id is unknown
+  // Ends a request in any state, freeing what it holds, with `reason` (kAbort by default; kStop
+  // when the frontend's detokenizer matched a stop string). Returns false if the id is unknown
   // or already finished.
-  bool Abort(int64_t id);
+  bool Abort(int64_t id, FinishReason reason = FinishReason::kAbort);
 
   // Finished requests are kept (so callers can read their outputs) until released. Releasing a
   // request the current SchedulerOutput still points to (aborted between Schedule() and

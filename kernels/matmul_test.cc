@@ -457,6 +457,7 @@ TEST(MatMulTest, GroupMatchesSeparateCallsBitForBit) {
   for (size_t j = 0; j < weights.size(); ++j) {
     const Shape& s = shapes[j];
     MatMul(xs[j].data(), s.K, s.M, weights[j].view(), single_ys[j].data(), s.N, pool);
+    if (s.M == 0) continue;  // nothing to compare (and memcmp may not see null pointers)
     EXPECT_EQ(0, std::memcmp(group_ys[j].data(), single_ys[j].data(),
                              group_ys[j].size() * sizeof(float)))
         << "job " << j;
