@@ -1,8 +1,9 @@
 // moeserve generate: one prompt (--prompt TEXT, --token-ids) or a file of them (--prompts-file,
 // one JSON request per line) through the engine, all requests added at once and run
-// concurrently; prints each request's text (a single prompt streams it) or, with --json, token
-// ids, text, finish reason and timings per request (CLI.md). Greedy only: sampling parameters
-// are accepted at their greedy values until the sampling issue brings the sampler.
+// concurrently, sampled with vLLM's SamplingParams (n > 1 fans out into n engine requests, stop
+// strings are found by the detokenizer); prints each request's text (a single prompt streams it)
+// or, with --json, token ids, text, finish reason, timings and logprobs per request and choice
+// (CLI.md). Unlike vLLM, temperature defaults to 0 (greedy) so that runs are reproducible.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -12,12 +13,17 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
+#include <string_view>
 #include <unordered_map>
+#include <utility>
 
 #include "cli/activation_dump.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/model_flags.h"
+#include "cli/sampling_json.h"
+#include "core/check.h"
 #include "core/timer.h"
 #include "io/model_config.h"
 #include "tokenizer/incremental_detokenizer.h"
@@ -29,6 +35,14 @@ namespace {
 constexpr char kCommand[] = "generate";
 
 using nlohmann::json;
+using nlohmann::ordered_json;
+
+// vLLM's defaults, except temperature: greedy unless asked, so that a run repeats.
+engine::SamplingParams GenerateDefaults() {
+  engine::SamplingParams p;
+  p.temperature = 0;
+  return p;
+}
 
 struct Options {
   ModelFlags model;
@@ -36,16 +50,15 @@ struct Options {
   std::string prompt;
   std::string token_ids;
   std::string prompts_file;
-  // Defaults for the --prompts-file lines that do not set them.
-  int64_t max_tokens = 16;
-  int64_t min_tokens = 0;
-  bool ignore_eos = false;
-  // vLLM's sampling flags, accepted at their greedy values only (see SamplingParameters()).
-  double temperature = 0;
-  double top_p = 1;
-  int64_t top_k = 0;
-  double min_p = 0;
-  int64_t seed = 0;
+  // The sampling flags: the defaults of the --prompts-file lines that do not set a key. Plain
+  // numbers and switches write straight into `sampling`; the rest go through the JSON reader as
+  // a line's keys do (SamplingDefaults).
+  engine::SamplingParams sampling = GenerateDefaults();
+  int64_t seed = -1;
+  std::string stop;
+  std::string stop_token_ids;
+  int64_t logprobs = 0;
+  int64_t prompt_logprobs = 0;
   bool json = false;
   std::string dump_activations;
   bool max_num_seqs_given = false;  // --max-num-seqs was on the command line
@@ -58,75 +71,81 @@ int ErrorExit(const Status& s) {
                                                   : RuntimeError(kCommand, s);
 }
 
-// ---- Sampling parameters (greedy values only for now) ----
+// ---- Sampling parameters ----
 
-// A vLLM sampling parameter and the values that leave greedy decoding unchanged.
-struct SamplingParameter {
-  const char* key;  // vLLM's name: the JSON key; the flag, where there is one, is --key-with-dashes
-  bool integer;
-  std::vector<double> greedy;  // empty: any value (the seed of a greedy run does nothing)
-};
+// The flag of a sampling key: --key-with-dashes.
+std::string FlagName(std::string_view key) {
+  std::string flag = "--" + std::string(key);
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
 
-const std::vector<SamplingParameter>& SamplingParameters() {
-  static const std::vector<SamplingParameter> kParameters = {
-      {"temperature", false, {0}},
-      {"top_p", false, {1}},
-      {"top_k", true, {0, -1}},
-      {"min_p", false, {0}},
-      {"seed", true, {}},
-      {"presence_penalty", false, {0}},
-      {"frequency_penalty", false, {0}},
-      {"repetition_penalty", false, {1}},
+// A single prompt's parameters all come from flags: where a message starts with the parameter's
+// name (as SamplingParams::Validate's do), name the flag instead.
+Status NameTheFlag(const Status& s) {
+  const std::string& message = s.message();
+  const std::string_view first = std::string_view(message).substr(0, message.find(' '));
+  const std::span<const std::string_view> keys = SamplingKeys();
+  if (std::find(keys.begin(), keys.end(), first) == keys.end()) return s;
+  return Status(s.code(), FlagName(first) + message.substr(first.size()));
+}
+
+// The flags' SamplingParams. The flags that are not plain numbers -- the seed (-1: none), stop
+// strings, stop ids, logprobs (which exist only when given) -- are read as JSON values of their
+// keys, so that a flag and a line mean the same.
+Result<engine::SamplingParams> SamplingDefaults(const Options& o, const FlagSet& flags) {
+  engine::SamplingParams p = o.sampling;
+  const std::pair<std::string_view, json> values[] = {
+      {"seed", o.seed},
+      {"stop", o.stop},
+      {"stop_token_ids", json::parse("[" + o.stop_token_ids + "]", nullptr, false)},
+      {"logprobs", o.logprobs},
+      {"prompt_logprobs", o.prompt_logprobs},
   };
-  return kParameters;
-}
-
-const SamplingParameter* FindSamplingParameter(std::string_view key) {
-  for (const SamplingParameter& p : SamplingParameters()) {
-    if (key == p.key) return &p;
+  for (const auto& [key, value] : values) {
+    const std::string flag = FlagName(key);
+    if (!flags.WasSet(flag.substr(2))) continue;
+    if (value.is_discarded()) {  // only the JSON made of --stop-token-ids can be malformed
+      return InvalidArgument("{}: expected comma-separated token ids, e.g. 1,2", flag);
+    }
+    bool known = false;
+    RETURN_IF_ERROR(ApplySamplingKey(key, value, p, &known).WithContext(flag));
+    CHECK(known) << key;
   }
-  return nullptr;
+  return p;
 }
-
-// OK when `value` keeps decoding greedy; the caller puts the flag or key in front.
-Status CheckGreedy(const SamplingParameter& p, double value) {
-  if (p.greedy.empty() || std::find(p.greedy.begin(), p.greedy.end(), value) != p.greedy.end()) {
-    return OkStatus();
-  }
-  return InvalidArgument(
-      "{} needs sampling, which arrives with the sampling issue (greedy "
-      "decoding only for now: {} {})",
-      value, p.key, fmt::join(p.greedy, " or "));
-}
-
-Status CheckGreedyFlags(const Options& o) {
-  const std::pair<const char*, double> flags[] = {{"temperature", o.temperature},
-                                                  {"top_p", o.top_p},
-                                                  {"top_k", static_cast<double>(o.top_k)},
-                                                  {"min_p", o.min_p}};
-  for (const auto& [key, value] : flags) {
-    std::string flag = std::string("--") + key;
-    std::replace(flag.begin(), flag.end(), '_', '-');
-    RETURN_IF_ERROR(CheckGreedy(*FindSamplingParameter(key), value).WithContext(flag));
-  }
-  return OkStatus();
-}
-
-// ---- Requests ----
-
-// One request of the run, as parsed: where it came from, its prompt and when it stops.
-struct RequestSpec {
-  int64_t index = 0;   // 0-based line number in --prompts-file; 0 for a single prompt
-  std::string origin;  // for messages: "--prompt", "--token-ids", "FILE:LINE" (1-based)
-  std::vector<int32_t> prompt;
-  engine::StopConditions stop;
-};
 
 // What parsing a request needs besides its text.
 struct ParseContext {
   const tokenizer::Tokenizer* tok;  // null when the model folder has none
   Status tok_status;                // why there is none
   int64_t vocab_size;
+};
+
+// What a request's parameters need of the tokenizer -- stop strings are matched on the
+// detokenized text, bad words are tokenized here -- then vLLM's checks (InvalidArgument naming
+// the parameter; they include the bad words' token ids).
+Status PrepareParams(const ParseContext& ctx, engine::SamplingParams& p) {
+  const char* needs = !p.stop.empty() ? "stop" : !p.bad_words.empty() ? "bad_words" : nullptr;
+  if (needs != nullptr) {
+    // As for a text prompt, a folder without a (readable) tokenizer is a runtime failure.
+    if (ctx.tok == nullptr) {
+      return NotFound("{} needs the model's tokenizer: {}", needs, ctx.tok_status.message());
+    }
+    RETURN_IF_ERROR(engine::ResolveBadWords(p, *ctx.tok));
+  }
+  return p.Validate(ctx.vocab_size);
+}
+
+// ---- Requests ----
+
+// One request of the run, as parsed: where it came from, its prompt and how it samples. It
+// becomes params.n engine requests, its choices.
+struct RequestSpec {
+  int64_t index = 0;   // 0-based line number in --prompts-file; 0 for a single prompt
+  std::string origin;  // for messages: "--prompt", "--token-ids", "FILE:LINE" (1-based)
+  std::vector<int32_t> prompt;
+  engine::SamplingParams params;  // validated, bad words resolved
 };
 
 Result<std::vector<int32_t>> EncodePrompt(const ParseContext& ctx, const std::string& text) {
@@ -146,22 +165,18 @@ Result<std::vector<int32_t>> EncodePrompt(const ParseContext& ctx, const std::st
   return ids;
 }
 
-Result<int64_t> IntValue(const json& v, const char* key) {
-  if (!v.is_number_integer()) return InvalidArgument("\"{}\" must be an integer", key);
-  return v.get<int64_t>();
-}
-
-// A JSON array of token ids, each in [0, vocab_size).
-Result<std::vector<int32_t>> TokenIdsValue(const json& v, const char* key, int64_t vocab_size) {
-  if (!v.is_array()) return InvalidArgument("\"{}\" must be an array of token ids", key);
+// The "token_ids" of a line: a non-empty array of ids in [0, vocab_size).
+Result<std::vector<int32_t>> PromptTokenIds(const json& v, int64_t vocab_size) {
+  if (!v.is_array()) return InvalidArgument("\"token_ids\" must be an array of token ids");
+  if (v.empty()) return InvalidArgument("\"token_ids\" is empty");
   std::vector<int32_t> ids;
   for (const json& id : v) {
     if (!id.is_number_integer()) {
-      return InvalidArgument("\"{}\": {} is not an integer", key, id.dump());
+      return InvalidArgument("\"token_ids\": {} is not an integer", id.dump());
     }
     const int64_t value = id.get<int64_t>();
     if (value < 0 || value >= vocab_size) {
-      return InvalidArgument("\"{}\": {} is outside the vocabulary [0, {})", key, value,
+      return InvalidArgument("\"token_ids\": {} is outside the vocabulary [0, {})", value,
                              vocab_size);
     }
     ids.push_back(static_cast<int32_t>(value));
@@ -169,53 +184,35 @@ Result<std::vector<int32_t>> TokenIdsValue(const json& v, const char* key, int64
   return ids;
 }
 
-// One --prompts-file line: {"prompt": TEXT} or {"token_ids": [...]} plus vLLM's request
-// parameters -- max_tokens, min_tokens, ignore_eos, stop_token_ids, and the sampling ones at
-// their greedy values. A null value means "not given". `spec.stop` holds the defaults on entry.
+// One --prompts-file line: {"prompt": TEXT} or {"token_ids": [...]} plus any of vLLM's sampling
+// parameters. A null value means "not given". `spec.params` holds the defaults on entry.
 Status ParseRequestLine(const json& line, const ParseContext& ctx, RequestSpec& spec) {
   if (!line.is_object()) return InvalidArgument("expected a JSON object");
   std::optional<std::string> text;
   std::optional<std::vector<int32_t>> ids;
   for (const auto& [key, value] : line.items()) {
-    if (value.is_null()) continue;
-    if (key == "prompt") {
-      if (!value.is_string()) return InvalidArgument("\"prompt\" must be a string");
-      text = value.get<std::string>();
-    } else if (key == "token_ids") {
-      ASSIGN_OR_RETURN(ids, TokenIdsValue(value, "token_ids", ctx.vocab_size));
-      if (ids->empty()) return InvalidArgument("\"token_ids\" is empty");
-    } else if (key == "max_tokens") {
-      ASSIGN_OR_RETURN(spec.stop.max_tokens, IntValue(value, "max_tokens"));
-      if (spec.stop.max_tokens < 1) return InvalidArgument("\"max_tokens\" must be >= 1");
-    } else if (key == "min_tokens") {
-      ASSIGN_OR_RETURN(spec.stop.min_tokens, IntValue(value, "min_tokens"));
-      if (spec.stop.min_tokens < 0) return InvalidArgument("\"min_tokens\" must be >= 0");
-    } else if (key == "ignore_eos") {
-      if (!value.is_boolean()) return InvalidArgument("\"ignore_eos\" must be true or false");
-      spec.stop.ignore_eos = value.get<bool>();
-    } else if (key == "stop_token_ids") {
-      ASSIGN_OR_RETURN(spec.stop.stop_token_ids,
-                       TokenIdsValue(value, "stop_token_ids", ctx.vocab_size));
-    } else if (const SamplingParameter* p = FindSamplingParameter(key)) {
-      if (p->integer ? !value.is_number_integer() : !value.is_number()) {
-        return InvalidArgument("\"{}\" must be {}", key, p->integer ? "an integer" : "a number");
-      }
-      RETURN_IF_ERROR(CheckGreedy(*p, value.get<double>()).WithContext("\"" + key + "\""));
-    } else {
+    bool sampling_key = false;
+    RETURN_IF_ERROR(ApplySamplingKey(key, value, spec.params, &sampling_key));
+    if (sampling_key) continue;
+    if (key != "prompt" && key != "token_ids") {
       return InvalidArgument(
-          "unknown key \"{}\" (known: prompt, token_ids, max_tokens, "
-          "min_tokens, ignore_eos, stop_token_ids and sampling parameters "
-          "at greedy values)",
-          key);
+          "unknown key \"{}\" (a line has \"prompt\" or \"token_ids\" and vLLM's sampling "
+          "parameters: {})",
+          key, fmt::join(SamplingKeys(), ", "));
+    }
+    if (value.is_null()) continue;
+    if (key == "token_ids") {
+      ASSIGN_OR_RETURN(ids, PromptTokenIds(value, ctx.vocab_size));
+    } else if (value.is_string()) {
+      text = value.get<std::string>();
+    } else {
+      return InvalidArgument("\"prompt\" must be a string");
     }
   }
   if (text.has_value() == ids.has_value()) {
     return InvalidArgument("give exactly one of \"prompt\" and \"token_ids\"");
   }
-  if (spec.stop.min_tokens > spec.stop.max_tokens) {
-    return InvalidArgument("\"min_tokens\" {} exceeds \"max_tokens\" {}", spec.stop.min_tokens,
-                           spec.stop.max_tokens);
-  }
+  RETURN_IF_ERROR(PrepareParams(ctx, spec.params));
   if (!text) {
     spec.prompt = std::move(*ids);
     return OkStatus();
@@ -228,7 +225,7 @@ Status ParseRequestLine(const json& line, const ParseContext& ctx, RequestSpec& 
 
 // The requests of --prompts-file: one per non-blank line, in file order.
 Result<std::vector<RequestSpec>> ReadPromptsFile(const std::string& path, const ParseContext& ctx,
-                                                 const engine::StopConditions& defaults) {
+                                                 const engine::SamplingParams& defaults) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return IoError("--prompts-file: cannot open {}", path);
   std::vector<RequestSpec> specs;
@@ -247,10 +244,11 @@ Result<std::vector<RequestSpec>> ReadPromptsFile(const std::string& path, const 
   return specs;
 }
 
-// The one request of --prompt / --token-ids, stopping as the flags say.
+// The one request of --prompt / --token-ids, sampled as the flags say.
 Result<RequestSpec> SinglePrompt(const Options& o, const ParseContext& ctx,
-                                 const engine::StopConditions& stop) {
-  RequestSpec spec{0, o.prompt.empty() ? "--token-ids" : "--prompt", {}, stop};
+                                 const engine::SamplingParams& params) {
+  RequestSpec spec{0, o.prompt.empty() ? "--token-ids" : "--prompt", {}, params};
+  RETURN_IF_ERROR(NameTheFlag(PrepareParams(ctx, spec.params)));
   if (o.prompt.empty()) {
     ASSIGN_OR_RETURN(spec.prompt, ParseTokenIds(o.token_ids, ctx.vocab_size));  // names the flag
     return spec;
@@ -263,8 +261,11 @@ Result<RequestSpec> SinglePrompt(const Options& o, const ParseContext& ctx,
 
 // ---- Running ----
 
-// What the run saw of one request. Times are from the start of the run.
+// What the run saw of one engine request: choice `choice` of specs[spec]. Times are from the
+// start of the run.
 struct RequestResult {
+  size_t spec = 0;
+  int64_t choice = 0;
   std::vector<int32_t> tokens;
   std::string text;
   std::optional<tokenizer::IncrementalDetokenizer> detok;
@@ -273,7 +274,11 @@ struct RequestResult {
   double last_token_ms = 0;
   int64_t num_cached_tokens = 0;  // prompt tokens the prefix cache supplied
   int64_t num_preemptions = 0;
+  // When asked: one per output token, and one per prompt token after the first.
+  std::vector<engine::SampledToken> logprobs;
+  std::vector<engine::SampledToken> prompt_logprobs;
 
+  bool hit_stop_string() const { return detok && detok->stopped(); }
   double tpot_ms() const {
     return tokens.size() > 1
                ? (last_token_ms - first_token_ms) / static_cast<double>(tokens.size() - 1)
@@ -288,27 +293,43 @@ struct RunCallbacks {
   std::function<void(size_t request, const RequestResult& result)> on_finish;
 };
 
-// Adds every request, then steps the engine until all have finished. A request the engine
-// rejects (a prompt longer than max_model_len, ...) is a usage error naming it.
+// Adds every choice of every request (in input order, then choice order: the order of the
+// results), then steps the engine until all have finished. A request the engine rejects (a
+// prompt longer than max_model_len, ...) is a usage error naming it.
 Result<std::vector<RequestResult>> RunRequests(engine::Engine& engine,
                                                const std::vector<RequestSpec>& specs,
                                                const tokenizer::Tokenizer* tok,
                                                ActivationDump* dump, const RunCallbacks& cb,
                                                double* wall_ms) {
-  std::vector<RequestResult> results(specs.size());
-  std::unordered_map<int64_t, size_t> request_of;  // engine id -> index into specs
-  for (size_t i = 0; i < specs.size(); ++i) {
-    Result<int64_t> id = engine.AddRequest(specs[i].prompt, specs[i].stop);
-    if (!id.ok()) {
-      return id.status().WithContext(
-          fmt::format("request {} ({})", specs[i].index, specs[i].origin));
-    }
-    request_of[*id] = i;
-    if (tok) {
-      results[i].detok.emplace(*tok, tokenizer::DetokenizerOptions{.skip_special_tokens = true});
+  std::vector<RequestResult> results;
+  std::unordered_map<int64_t, size_t> result_of;  // engine id -> index into results
+  for (size_t s = 0; s < specs.size(); ++s) {
+    const std::vector<engine::SamplingParams> choices = engine::FanOut(specs[s].params);
+    for (size_t c = 0; c < choices.size(); ++c) {
+      Result<int64_t> id = engine.AddRequest(specs[s].prompt, choices[c]);
+      if (!id.ok()) {
+        return id.status().WithContext(
+            fmt::format("request {} ({})", specs[s].index, specs[s].origin));
+      }
+      result_of[*id] = results.size();
+      RequestResult& result = results.emplace_back();
+      result.spec = s;
+      result.choice = static_cast<int64_t>(c);
+      if (tok) {
+        result.detok.emplace(
+            *tok, tokenizer::DetokenizerOptions{
+                      .skip_special_tokens = choices[c].skip_special_tokens,
+                      .stop = choices[c].stop,
+                      .include_stop_str_in_output = choices[c].include_stop_str_in_output});
+      }
     }
   }
 
+  // Text as the detokenizer releases it: kept, and streamed when asked.
+  const auto append_text = [&](size_t i, const std::string& piece) {
+    results[i].text += piece;
+    if (cb.on_text && !piece.empty()) cb.on_text(i, piece);
+  };
   Stopwatch watch;
   std::vector<int64_t> finished;
   for (int64_t step = 0; engine.HasUnfinished(); ++step) {
@@ -318,28 +339,31 @@ Result<std::vector<RequestResult>> RunRequests(engine::Engine& engine,
     const double now = watch.ElapsedMillis();
     finished.clear();
     for (const engine::Request* r : *updated) {
-      const size_t i = request_of.at(r->id);
+      const size_t i = result_of.at(r->id);
       RequestResult& result = results[i];
       if (result.tokens.empty()) result.first_token_ms = now;
       result.last_token_ms = now;
       // Output tokens only grow (a preempted request keeps them and recomputes their cache).
-      for (size_t t = result.tokens.size(); t < r->output_token_ids.size(); ++t) {
+      // The token that completes a stop string is the last one kept, as vLLM keeps it; the
+      // detokenizer cuts the text.
+      for (size_t t = result.tokens.size();
+           t < r->output_token_ids.size() && !result.hit_stop_string(); ++t) {
         result.tokens.push_back(r->output_token_ids[t]);
-        if (result.detok) {
-          const std::string piece = result.detok->Add(r->output_token_ids[t]);
-          result.text += piece;
-          if (cb.on_text && !piece.empty()) cb.on_text(i, piece);
-        }
+        if (result.detok) append_text(i, result.detok->Add(r->output_token_ids[t]));
       }
+      // A no-op when the engine finished the request with this token anyway (max_tokens, EOS).
+      if (result.hit_stop_string()) engine.Abort(r->id, engine::FinishReason::kStop);
       if (!r->finished()) continue;
-      result.finish_reason = r->finish_reason;
+      // A stop string wins over the engine's reason, as in vLLM's output processor.
+      result.finish_reason =
+          result.hit_stop_string() ? engine::FinishReason::kStop : r->finish_reason;
       result.num_cached_tokens = r->num_cached_tokens;
       result.num_preemptions = r->num_preemptions;
-      if (result.detok) {
-        const std::string rest = result.detok->Flush();
-        result.text += rest;
-        if (cb.on_text && !rest.empty()) cb.on_text(i, rest);
-      }
+      result.logprobs.assign(
+          r->output_logprobs.begin(),
+          r->output_logprobs.begin() + std::min(r->output_logprobs.size(), result.tokens.size()));
+      result.prompt_logprobs = r->prompt_logprobs;
+      if (result.detok) append_text(i, result.detok->Flush());
       if (cb.on_finish) cb.on_finish(i, result);
       finished.push_back(r->id);
     }
@@ -352,61 +376,80 @@ Result<std::vector<RequestResult>> RunRequests(engine::Engine& engine,
 
 // ---- Output ----
 
-// {"requests": [...]} in input order, with CLI.md's keys.
+// {"token", "logprob", "rank"}. JSON has no -inf: a token the model rules out gets vLLM's API
+// floor, -9999.
+ordered_json LogprobJson(const engine::TokenLogprob& t) {
+  return {{"token", t.token}, {"logprob", std::max(t.logprob, -9999.0f)}, {"rank", t.rank}};
+}
+
+// One position: its token's entry plus "top", the most likely tokens.
+ordered_json PositionJson(const engine::SampledToken& s) {
+  ordered_json position = LogprobJson(s.sampled);
+  ordered_json& top = position["top"] = ordered_json::array();
+  for (const engine::TokenLogprob& t : s.top) top.push_back(LogprobJson(t));
+  return position;
+}
+
+// Positions as a JSON array; `first_is_null` for prompt logprobs, as vLLM writes them (the first
+// prompt token has nothing before it).
+ordered_json PositionsJson(const std::vector<engine::SampledToken>& positions, bool first_is_null) {
+  ordered_json out = ordered_json::array();
+  if (first_is_null) out.push_back(nullptr);
+  for (const engine::SampledToken& s : positions) out.push_back(PositionJson(s));
+  return out;
+}
+
+// {"requests": [...]}, one per choice of each request in input order, with CLI.md's keys.
 void PrintJson(const std::vector<RequestSpec>& specs, const std::vector<RequestResult>& results,
                bool has_text) {
-  nlohmann::ordered_json requests = nlohmann::ordered_json::array();
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const RequestResult& r = results[i];
-    nlohmann::ordered_json request;
-    request["index"] = specs[i].index;
+  ordered_json requests = ordered_json::array();
+  for (const RequestResult& r : results) {
+    const RequestSpec& spec = specs[r.spec];
+    ordered_json request;
+    request["index"] = spec.index;
+    request["choice"] = r.choice;
     request["token_ids"] = r.tokens;
     if (has_text) request["text"] = r.text;
     request["finish_reason"] = engine::FinishReasonName(r.finish_reason);
     request["ttft_ms"] = r.first_token_ms;
     request["tpot_ms"] = r.tpot_ms();
-    request["num_prompt_tokens"] = specs[i].prompt.size();
+    request["num_prompt_tokens"] = spec.prompt.size();
     request["num_cached_tokens"] = r.num_cached_tokens;
     request["num_preemptions"] = r.num_preemptions;
+    if (spec.params.logprobs) request["logprobs"] = PositionsJson(r.logprobs, false);
+    if (spec.params.prompt_logprobs) {
+      request["prompt_logprobs"] = PositionsJson(r.prompt_logprobs, /*first_is_null=*/true);
+    }
     requests.push_back(std::move(request));
   }
-  nlohmann::ordered_json out;
+  ordered_json out;
   out["requests"] = std::move(requests);
-  std::puts(out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
+  std::puts(out.dump(2, ' ', false, ordered_json::error_handler_t::replace).c_str());
 }
 
-int Run(const Options& o) {
+int Run(const Options& o, const engine::SamplingParams& defaults) {
   const bool from_file = !o.prompts_file.empty();
   if (!o.prompt.empty() + !o.token_ids.empty() + from_file != 1) {
     return UsageError(kCommand, InvalidArgument("give exactly one of --prompt, --token-ids and "
                                                 "--prompts-file"));
   }
-  if (o.max_tokens < 1) return UsageError(kCommand, InvalidArgument("--max-tokens: must be >= 1"));
-  if (o.min_tokens < 0) return UsageError(kCommand, InvalidArgument("--min-tokens: must be >= 0"));
-  if (o.min_tokens > o.max_tokens) {
-    return UsageError(kCommand, InvalidArgument("--min-tokens {} exceeds --max-tokens {}",
-                                                o.min_tokens, o.max_tokens));
-  }
   if (from_file && !o.dump_activations.empty()) {
     return UsageError(kCommand, InvalidArgument("--dump-activations works with a single prompt "
                                                 "(--prompt or --token-ids)"));
   }
-  for (Status s : {o.model.Validate(), o.engine.Validate(), CheckGreedyFlags(o)}) {
+  for (Status s : {o.model.Validate(), o.engine.Validate()}) {
     if (!s.ok()) return UsageError(kCommand, s);
   }
   Result<std::string> dir = o.model.Dir();
   if (!dir.ok()) return RuntimeError(kCommand, dir.status());
 
   // The requests first, from config.json alone, so that a bad line fails before the weights
-  // load. The tokenizer is needed for text prompts; with token ids it only adds the text.
+  // load. The tokenizer is needed for text prompts, stop strings and bad words; with token ids
+  // it only adds the text.
   Result<io::ModelConfig> model_config = io::LoadModelConfig(*dir);
   if (!model_config.ok()) return RuntimeError(kCommand, model_config.status());
   Result<std::unique_ptr<tokenizer::Tokenizer>> tok = tokenizer::Tokenizer::LoadFromDir(*dir);
   const ParseContext ctx{tok.ok() ? tok->get() : nullptr, tok.status(), model_config->vocab_size};
-  engine::StopConditions defaults;
-  defaults.max_tokens = o.max_tokens;
-  defaults.min_tokens = o.min_tokens;
-  defaults.ignore_eos = o.ignore_eos;
   std::vector<RequestSpec> specs;
   if (from_file) {
     Result<std::vector<RequestSpec>> read = ReadPromptsFile(o.prompts_file, ctx, defaults);
@@ -417,6 +460,8 @@ int Run(const Options& o) {
     if (!single.ok()) return ErrorExit(single.status());
     specs.push_back(std::move(*single));
   }
+  int64_t num_requests = 0;  // engine requests: a request's n choices each
+  for (const RequestSpec& spec : specs) num_requests += spec.params.n;
 
   Result<std::unique_ptr<model::CausalLm>> loaded = o.model.Load();
   if (!loaded.ok()) return RuntimeError(kCommand, loaded.status());
@@ -426,27 +471,30 @@ int Run(const Options& o) {
   engine::EngineConfig config = o.engine.ToConfig();
   // Unless given, no more sequences than requests: the default KV cache holds max_num_seqs
   // full-length requests, which for one prompt to a mid-size model would be 4 GiB to zero.
-  if (!o.max_num_seqs_given) {
-    config.max_num_seqs = std::min<int64_t>(config.max_num_seqs, std::ssize(specs));
-  }
+  if (!o.max_num_seqs_given) config.max_num_seqs = std::min(config.max_num_seqs, num_requests);
   Result<std::unique_ptr<engine::Engine>> engine = CreateEngine(lm, config);
   if (!engine.ok()) return UsageError(kCommand, engine.status());
   Result<std::unique_ptr<ActivationDump>> dump = ActivationDump::AttachTo(lm, o.dump_activations);
   if (!dump.ok()) return RuntimeError(kCommand, dump.status());
 
-  // Plain output: a single prompt streams its text; a file's requests print whole as each
-  // finishes, "[index] text" (ids without a tokenizer). --json prints everything at the end.
+  // Plain output: a single prompt with one choice streams its text; otherwise each choice prints
+  // whole as it finishes, "[index] text" ("[index.choice]" when n > 1; ids without a
+  // tokenizer). --json prints everything at the end.
   const bool has_text = ctx.tok != nullptr;
+  const bool single = !from_file && num_requests == 1;
   RunCallbacks cb;
-  if (!o.json && !from_file && has_text) {
+  if (!o.json && single && has_text) {
     cb.on_text = [](size_t, const std::string& piece) {
       std::fputs(piece.c_str(), stdout);
       std::fflush(stdout);
     };
   }
-  if (!o.json && from_file) {
-    cb.on_finish = [&](size_t i, const RequestResult& r) {
-      fmt::print("[{}] {}\n", specs[i].index,
+  if (!o.json && !single) {
+    cb.on_finish = [&](size_t, const RequestResult& r) {
+      const RequestSpec& spec = specs[r.spec];
+      const std::string label = spec.params.n > 1 ? fmt::format("{}.{}", spec.index, r.choice)
+                                                  : fmt::format("{}", spec.index);
+      fmt::print("[{}] {}\n", label,
                  has_text ? r.text : fmt::format("{}", fmt::join(r.tokens, " ")));
       std::fflush(stdout);
     };
@@ -459,7 +507,7 @@ int Run(const Options& o) {
 
   if (o.json) {
     PrintJson(specs, *results, has_text);
-  } else if (!from_file) {
+  } else if (single) {
     const RequestResult& r = results->front();
     // With a tokenizer the text was streamed; without one, the ids are the output.
     if (has_text) {
@@ -478,7 +526,7 @@ int Run(const Options& o) {
     size_t generated = 0;
     for (const RequestResult& r : *results) generated += r.tokens.size();
     fmt::print(stderr, "generate: {} requests, {} generated tokens in {:.2f} s ({:.1f} tokens/s)\n",
-               specs.size(), generated, wall_ms * 1e-3,
+               results->size(), generated, wall_ms * 1e-3,
                wall_ms > 0 ? generated * 1000.0 / wall_ms : 0.0);
   }
   return 0;
@@ -488,31 +536,58 @@ int Run(const Options& o) {
 
 int RunGenerate(const std::vector<std::string>& args) {
   Options o;
-  FlagSet flags("moeserve generate",
-                "Greedy generation through the engine: one prompt, or a file of requests run\n"
-                "concurrently. --max-num-seqs defaults to the number of requests (at most 64).");
+  FlagSet flags(
+      "moeserve generate",
+      "Generation through the engine with vLLM's sampling parameters: one prompt, or a\n"
+      "file of requests run concurrently. Temperature defaults to 0 (greedy), not vLLM's\n"
+      "1, so that a run repeats. --max-num-seqs defaults to the number of requests (at\n"
+      "most 64).");
   o.model.Register(flags);
   o.engine.Register(flags);
+  engine::SamplingParams& p = o.sampling;
   flags.String("prompt", &o.prompt, "prompt text, encoded with the model's tokenizer");
   flags.String("token-ids", &o.token_ids, "or: comma-separated prompt token ids, e.g. 1,2,3");
   flags.String("prompts-file", &o.prompts_file,
                "or: JSON lines, one request each: {\"prompt\": TEXT} or {\"token_ids\": [...]}, "
-               "plus max_tokens, min_tokens, ignore_eos, stop_token_ids");
-  flags.Int("max-tokens", &o.max_tokens, "tokens to generate at most (default of each request)");
-  flags.Int("min-tokens", &o.min_tokens, "tokens before EOS or a stop id may end a request");
-  flags.Bool("ignore-eos", &o.ignore_eos, "keep generating past the end-of-sequence token");
-  flags.Double("temperature", &o.temperature, "0 only for now (sampling: a later issue)");
-  flags.Double("top-p", &o.top_p, "1 only for now");
-  flags.Int("top-k", &o.top_k, "0 or -1 only for now");
-  flags.Double("min-p", &o.min_p, "0 only for now");
-  flags.Int("seed", &o.seed, "sampling seed (no effect on greedy decoding)");
-  flags.Bool("json", &o.json, "print JSON: per request token ids, text, finish reason, TTFT, TPOT");
+               "plus any of vLLM's sampling parameters by name (n, temperature, stop, logprobs, "
+               "logit_bias, bad_words, ...); the flags below are their defaults");
+  flags.Int("n", &p.n, "choices per request: n engine requests, seeded seed, seed + 1, ...");
+  flags.Int("max-tokens", &p.max_tokens, "tokens to generate at most");
+  flags.Int("min-tokens", &p.min_tokens, "tokens before EOS or a stop id may end a request");
+  flags.Bool("ignore-eos", &p.ignore_eos, "keep generating past the end-of-sequence token");
+  flags.Double("temperature", &p.temperature,
+               "0: greedy (generate's default, for reproducible runs; vLLM's is 1), up to 2");
+  flags.Double("top-p", &p.top_p, "sample from the smallest set of tokens this likely, (0, 1]");
+  flags.Int("top-k", &p.top_k, "sample from the k most likely tokens (0 or -1: all)");
+  flags.Double("min-p", &p.min_p, "drop tokens below min-p times the top probability");
+  flags.Int("seed", &o.seed, "sampling seed of each request (-1: a random one)");
+  flags.Double("presence-penalty", &p.presence_penalty,
+               "subtracted from the logits of tokens already generated, [-2, 2]");
+  flags.Double("frequency-penalty", &p.frequency_penalty,
+               "times each generated token's count, subtracted from its logit, [-2, 2]");
+  flags.Double("repetition-penalty", &p.repetition_penalty,
+               "divides the positive logits of prompt and generated tokens and multiplies the "
+               "negative ones (> 1 discourages repeats)");
+  flags.String("stop", &o.stop, "a stop string: the text ends before it");
+  flags.Bool("include-stop-str-in-output", &p.include_stop_str_in_output,
+             "keep the stop string at the end of the text");
+  flags.String("stop-token-ids", &o.stop_token_ids,
+               "comma-separated ids that end a request (the id is kept)");
+  flags.Int("logprobs", &o.logprobs,
+            "with --json: per output token its logprob and rank and the N most likely tokens' "
+            "(-1: all; not given: none)");
+  flags.Int("prompt-logprobs", &o.prompt_logprobs,
+            "with --json: the same per prompt token (not given: none)");
+  flags.Bool("json", &o.json,
+             "print JSON: per request and choice token ids, text, finish reason, TTFT, TPOT");
   flags.String("dump-activations", &o.dump_activations,
                "write named intermediates of every step as raw f32 into this folder (single "
                "prompt)");
   if (std::optional<int> exit_code = ParseFlags(flags, args, kCommand)) return *exit_code;
   o.max_num_seqs_given = flags.WasSet("max-num-seqs");
-  return Run(o);
+  Result<engine::SamplingParams> defaults = SamplingDefaults(o, flags);
+  if (!defaults.ok()) return UsageError(kCommand, defaults.status());
+  return Run(o, *defaults);
 }
 
 }  // namespace moeserve::cli
