@@ -17,6 +17,31 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // vocabulary); larger ones sort an index array.
 constexpr int64_t kMaxInsertionTopN = 64;
 
+// top-p bins the tokens by logit below the max: kTopPBuckets bins over kTopPRange nats (weights
+// down to e^-32 ~ 1e-14 of the max), the last bin catching everything lighter.
+constexpr int64_t kTopPBuckets = 4096;
+constexpr float kTopPRange = 32.0f;
+
+// The k-th largest of values [n] (1 <= k < n); buffer holds n floats. Small k keeps a min-heap
+// of the k largest (one compare for most values), large k selects in a copy.
+float KthLargest(const float* values, int64_t n, int64_t k, float* buffer) {
+  if (k * 16 > n) {
+    std::copy(values, values + n, buffer);
+    std::nth_element(buffer, buffer + (k - 1), buffer + n, std::greater<float>());
+    return buffer[k - 1];
+  }
+  std::copy(values, values + k, buffer);
+  std::make_heap(buffer, buffer + k, std::greater<float>());
+  for (int64_t i = k; i < n; ++i) {
+    if (values[i] > buffer[0]) {
+      std::pop_heap(buffer, buffer + k, std::greater<float>());
+      buffer[k - 1] = values[i];
+      std::push_heap(buffer, buffer + k, std::greater<float>());
+    }
+  }
+  return buffer[0];
+}
+
 // Sorted, without repeats.
 std::vector<int32_t> SortedUnique(std::vector<int32_t> ids) {
   std::sort(ids.begin(), ids.end());
@@ -54,9 +79,10 @@ void GatherLogprobs(const float* logprobs, int64_t vocab, int64_t n, int32_t tok
   CHECK(token >= 0 && token < vocab) << "token " << token << " outside [0, " << vocab << ")";
   if (n < 0 || n > vocab) n = vocab;
   const float own = logprobs[token];
-  int64_t greater = 0;
-  for (int64_t i = 0; i < vocab; ++i) greater += logprobs[i] > own;
-  result->sampled = TokenLogprob{token, own, 1 + greater};
+  // vLLM's rank: the number of tokens whose logprob is >= the token's own (ties count against it).
+  int64_t at_least = 0;
+  for (int64_t i = 0; i < vocab; ++i) at_least += logprobs[i] >= own;
+  result->sampled = TokenLogprob{token, own, at_least};
 
   std::vector<TokenLogprob>& top = result->top;
   top.clear();
@@ -82,11 +108,8 @@ void GatherLogprobs(const float* logprobs, int64_t vocab, int64_t n, int32_t tok
     });
     for (int64_t i = 0; i < n; ++i) top.push_back(TokenLogprob{ids[i], logprobs[ids[i]], 0});
   }
-  // Ranks as for the sampled token: 1 + the number strictly larger, so equal logprobs share one.
-  for (size_t i = 0; i < top.size(); ++i) {
-    top[i].rank = (i > 0 && top[i].logprob == top[i - 1].logprob) ? top[i - 1].rank
-                                                                   : static_cast<int64_t>(i) + 1;
-  }
+  // vLLM's top-N ranks are positions: 1 .. n.
+  for (size_t i = 0; i < top.size(); ++i) top[i].rank = static_cast<int64_t>(i) + 1;
 }
 
 RequestSampler::RequestSampler(const SamplingParams& p, std::span<const int32_t> prompt,
@@ -169,7 +192,10 @@ RequestSampler::RequestSampler(const SamplingParams& p, std::span<const int32_t>
     output_ids_.reserve(max_new_distinct);
   }
 
-  if (!greedy_ && top_p_ < 1.0) order_.resize(vocab);
+  if (!greedy_ && top_p_ < 1.0) {
+    order_.resize(vocab);
+    bin_mass_.resize(kTopPBuckets);
+  }
 
   plain_greedy_ = greedy_ && allowed_ids_.empty() && banned_ids_.empty() &&
                   bad_sequences_.empty() && min_tokens_ == 0 && logit_bias_.empty() &&
@@ -236,9 +262,7 @@ double RequestSampler::FinalWeights(float* work, float* weights) {
   // top-k: keep every logit >= the k-th largest (vLLM's mask is `logits < kth`, so ties at the
   // boundary all stay). weights is free scratch until the exp below.
   if (top_k_ > 0) {
-    std::copy(work, work + V, weights);
-    std::nth_element(weights, weights + (top_k_ - 1), weights + V, std::greater<float>());
-    const float kth = weights[top_k_ - 1];
+    const float kth = KthLargest(work, V, top_k_, weights);
     for (int64_t i = 0; i < V; ++i) {
       if (work[i] < kth) work[i] = kNegInf;
     }
@@ -246,37 +270,51 @@ double RequestSampler::FinalWeights(float* work, float* weights) {
 
   double total = 0.0;
   for (int64_t i = 0; i < V; ++i) {
-    weights[i] = std::exp(work[i] - max);
+    weights[i] = work[i] == kNegInf ? 0.0f : std::exp(work[i] - max);
     total += weights[i];
   }
 
   // top-p: keep the shortest prefix of the tokens by descending probability (ties: lower id
   // first) whose mass reaches top_p -- a token stays when the mass strictly before it is below
   // top_p * total, so the first always does. This is vLLM's "mask where the ascending cumulative
-  // probability <= 1 - p". Only tokens with weight >= a threshold are sorted: once their mass
-  // reaches top_p * total, no lighter token can be kept. The threshold drops until it does.
+  // probability <= 1 - p". Rather than sorting the vocabulary, the tokens' mass is binned by
+  // logit (kTopPBuckets bins below the max, the last one catching the rest); the bin where the
+  // running mass reaches top_p * total holds the last kept token, and only that bin is sorted.
   if (top_p_ < 1.0) {
     const double needed = top_p_ * total;
+    const float bins_per_nat = kTopPBuckets / kTopPRange;
+    auto bin = [&](float logit) {
+      const float d = (max - logit) * bins_per_nat;
+      return d < kTopPBuckets - 1 ? static_cast<int64_t>(d) : kTopPBuckets - 1;
+    };
+    std::fill(bin_mass_.begin(), bin_mass_.end(), 0.0);
+    for (int64_t i = 0; i < V; ++i) {
+      if (weights[i] > 0.0f) bin_mass_[bin(work[i])] += weights[i];
+    }
+    // The first non-empty bin where the mass so far reaches `needed` (or the last, if rounding
+    // leaves the sum just short); the mass of the bins before it is below `needed`.
+    int64_t boundary = -1;
+    double above = 0.0, before_boundary = 0.0;
+    for (int64_t b = 0; b < kTopPBuckets; ++b) {
+      if (bin_mass_[b] == 0.0) continue;
+      boundary = b;
+      before_boundary = above;
+      if (above + bin_mass_[b] >= needed) break;
+      above += bin_mass_[b];
+    }
+    DCHECK(boundary >= 0);
     int64_t count = 0;
-    for (float threshold = 1e-3f;; threshold = threshold > 1e-30f ? threshold * 1e-4f : 0.0f) {
-      count = 0;
-      double mass = 0.0;
-      for (int64_t i = 0; i < V; ++i) {
-        if (weights[i] > 0.0f && weights[i] >= threshold) {
-          order_[count++] = static_cast<int32_t>(i);
-          mass += weights[i];
-        }
-      }
-      // The margin covers summation order: the walk below sums the same weights sorted.
-      if (mass > needed * (1.0 + 1e-9) || threshold == 0.0f) break;
+    for (int64_t i = 0; i < V; ++i) {
+      if (weights[i] > 0.0f && bin(work[i]) == boundary) order_[count++] = static_cast<int32_t>(i);
     }
     std::sort(order_.begin(), order_.begin() + count, [work](int32_t a, int32_t b) {
       return work[a] > work[b] || (work[a] == work[b] && a < b);
     });
-    double before = 0.0;
+    double before = before_boundary;
     int64_t kept = 0;
     while (kept < count && before < needed) before += weights[order_[kept++]];
-    // The kept tokens are exactly those ordered at or before the last kept one.
+    // Bins are monotone in the logit, so the kept tokens are exactly those ordered at or before
+    // the last kept one.
     const int32_t last = order_[kept - 1];
     const float last_logit = work[last];
     total = 0.0;
@@ -322,7 +360,8 @@ void RequestSampler::Sample(const float* logits, std::span<const int32_t> output
       const double total = FinalWeights(work, weights);
       // Nothing left to draw from (every allowed token banned, say): the argmax of what is
       // left, id 0 when everything is -inf.
-      token = total > 0.0 && std::isfinite(total) ? Draw(weights, total) : GreedyToken(work, vocab_);
+      token =
+          total > 0.0 && std::isfinite(total) ? Draw(weights, total) : GreedyToken(work, vocab_);
     }
   }
   result->token = token;

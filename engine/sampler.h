@@ -25,7 +25,7 @@ int32_t GreedyToken(const float* logits, int64_t vocab);
 struct TokenLogprob {
   int32_t token;
   float logprob;
-  int64_t rank;  // 1 + number of tokens with a strictly larger logprob
+  int64_t rank;  // sampled token: tokens with logprob >= its own (vLLM); top-N: position 1 .. n
 };
 
 // One sampled position: the token, and when logprobs were asked, the token's own logprob and
@@ -79,9 +79,9 @@ class RequestSampler {
   bool greedy_;
   bool plain_greedy_;
   float temperature_;
-  double top_p_;    // 1: off
-  int64_t top_k_;   // 0: off (also when >= vocab)
-  double min_p_;    // 0: off
+  double top_p_;   // 1: off
+  int64_t top_k_;  // 0: off (also when >= vocab)
+  double min_p_;   // 0: off
   std::optional<int64_t> logprobs_;
 
   // allowed_token_ids, sorted and unique; empty when unrestricted.
@@ -98,16 +98,17 @@ class RequestSampler {
   // Penalties. The dense per-token state exists only when its penalty is active; the lists name
   // the tokens it is non-zero for, so that a step touches only those (reserved at construction
   // for max_tokens outputs, so Accept does not allocate either).
-  float repetition_penalty_;  // 1: off
-  float frequency_penalty_;   // 0: off
-  float presence_penalty_;    // 0: off
+  float repetition_penalty_;                  // 1: off
+  float frequency_penalty_;                   // 0: off
+  float presence_penalty_;                    // 0: off
   std::vector<uint8_t> in_prompt_or_output_;  // [vocab] if repetition_penalty_ != 1
   std::vector<int32_t> prompt_or_output_ids_;
   std::vector<int32_t> output_counts_;  // [vocab] if frequency or presence is active
   std::vector<int32_t> output_ids_;     // distinct output tokens
 
-  // Top-p's candidate token ids ([vocab] when top-p is on).
-  std::vector<int32_t> order_;
+  // Top-p's mass per logit bin and the token ids of the bin it cuts in (when top-p is on).
+  std::vector<double> bin_mass_;
+  std::vector<int32_t> order_;  // [vocab]
   std::mt19937_64 generator_;
 };
 

@@ -59,7 +59,8 @@ Status SamplingParams::Validate(int64_t vocab_size) const {
   CHECK_GT(vocab_size, 0);
   // vLLM's _verify_args order; negated comparisons so that NaN fails every range check.
   if (n < 1) return InvalidArgument("n must be at least 1, got {}.", n);
-  if (n > kMaxNSequences) return InvalidArgument("n must be at most {}, got {}.", kMaxNSequences, n);
+  if (n > kMaxNSequences)
+    return InvalidArgument("n must be at most {}, got {}.", kMaxNSequences, n);
   if (!(presence_penalty >= -2.0 && presence_penalty <= 2.0)) {
     return InvalidArgument("presence_penalty must be in [-2, 2], got {}.", presence_penalty);
   }
@@ -80,10 +81,14 @@ Status SamplingParams::Validate(int64_t vocab_size) const {
   if (temperature < 0.0) {
     return InvalidArgument("temperature must be non-negative, got {}.", temperature);
   }
-  if (temperature > 2.0) return InvalidArgument("temperature must be in [0, 2], got {}.", temperature);
-  if (!(top_p > 0.0 && top_p <= 1.0)) return InvalidArgument("top_p must be in (0, 1], got {}.", top_p);
-  if (top_k < -1) return InvalidArgument("top_k must be 0 (disable), or at least 1, got {}.", top_k);
-  if (!(min_p >= 0.0 && min_p <= 1.0)) return InvalidArgument("min_p must be in [0, 1], got {}.", min_p);
+  if (temperature > 2.0)
+    return InvalidArgument("temperature must be in [0, 2], got {}.", temperature);
+  if (!(top_p > 0.0 && top_p <= 1.0))
+    return InvalidArgument("top_p must be in (0, 1], got {}.", top_p);
+  if (top_k < -1)
+    return InvalidArgument("top_k must be 0 (disable), or at least 1, got {}.", top_k);
+  if (!(min_p >= 0.0 && min_p <= 1.0))
+    return InvalidArgument("min_p must be in [0, 1], got {}.", min_p);
   if (max_tokens < 1) return InvalidArgument("max_tokens must be at least 1, got {}.", max_tokens);
   if (min_tokens < 0) {
     return InvalidArgument("min_tokens must be greater than or equal to 0, got {}.", min_tokens);
@@ -96,8 +101,7 @@ Status SamplingParams::Validate(int64_t vocab_size) const {
     return InvalidArgument("logprobs must be non-negative or -1, got {}.", *logprobs);
   }
   if (prompt_logprobs.has_value() && *prompt_logprobs < -1) {
-    return InvalidArgument("prompt_logprobs must be non-negative or -1, got {}.",
-                           *prompt_logprobs);
+    return InvalidArgument("prompt_logprobs must be non-negative or -1, got {}.", *prompt_logprobs);
   }
   for (const std::string& s : stop) {
     if (s.empty()) return InvalidArgument("stop cannot contain an empty string.");
@@ -131,8 +135,8 @@ Status SamplingParams::Validate(int64_t vocab_size) const {
   }
   for (const std::vector<int32_t>& seq : bad_words_token_ids) {
     if (const int32_t* bad = FindOutOfVocab(seq, vocab_size)) {
-      return InvalidArgument("bad_words tokenize to token id {}, outside the model's vocabulary "
-                             "of {}", *bad, vocab_size);
+      return InvalidArgument("bad_words tokenize to token id {}, outside the vocabulary of {}",
+                             *bad, vocab_size);
     }
   }
   return OkStatus();

@@ -1,5 +1,6 @@
 #include "engine/sampling_params.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -69,12 +70,10 @@ const std::vector<Case>& Cases() {
        "frequency_penalty"},
       {"frequency 2.01", [](SamplingParams& p) { p.frequency_penalty = 2.01; },
        "frequency_penalty"},
-      {"frequency NaN", [](SamplingParams& p) { p.frequency_penalty = kNaN; },
-       "frequency_penalty"},
+      {"frequency NaN", [](SamplingParams& p) { p.frequency_penalty = kNaN; }, "frequency_penalty"},
       {"frequency 2", [](SamplingParams& p) { p.frequency_penalty = 2; }, nullptr},
       {"repetition 0", [](SamplingParams& p) { p.repetition_penalty = 0; }, "repetition_penalty"},
-      {"repetition -1", [](SamplingParams& p) { p.repetition_penalty = -1; },
-       "repetition_penalty"},
+      {"repetition -1", [](SamplingParams& p) { p.repetition_penalty = -1; }, "repetition_penalty"},
       {"repetition inf", [](SamplingParams& p) { p.repetition_penalty = kInf; },
        "repetition_penalty"},
       {"repetition NaN", [](SamplingParams& p) { p.repetition_penalty = kNaN; },
@@ -100,30 +99,66 @@ const std::vector<Case>& Cases() {
       {"logprobs 0", [](SamplingParams& p) { p.logprobs = 0; }, nullptr},
       {"prompt_logprobs -2", [](SamplingParams& p) { p.prompt_logprobs = -2; }, "prompt_logprobs"},
       {"prompt_logprobs -1", [](SamplingParams& p) { p.prompt_logprobs = -1; }, nullptr},
-      {"stop empty string", [](SamplingParams& p) { p.stop = {"a", ""}; }, "stop"},
-      {"stop strings", [](SamplingParams& p) { p.stop = {"a", "\n"}; }, nullptr},
+      {"stop empty string",
+       [](SamplingParams& p) {
+         p.stop = {"a", ""};
+       },
+       "stop"},
+      {"stop strings",
+       [](SamplingParams& p) {
+         p.stop = {"a", "\n"};
+       },
+       nullptr},
       {"bad_words empty string", [](SamplingParams& p) { p.bad_words = {""}; }, "bad_words"},
-      {"stop_token_ids vocab", [](SamplingParams& p) { p.stop_token_ids = {1, kVocab}; },
+      {"stop_token_ids vocab",
+       [](SamplingParams& p) {
+         p.stop_token_ids = {1, kVocab};
+       },
        "stop_token_ids"},
       {"stop_token_ids -1", [](SamplingParams& p) { p.stop_token_ids = {-1}; }, "stop_token_ids"},
-      {"stop_token_ids last", [](SamplingParams& p) { p.stop_token_ids = {0, kVocab - 1}; },
+      {"stop_token_ids last",
+       [](SamplingParams& p) {
+         p.stop_token_ids = {0, kVocab - 1};
+       },
        nullptr},
-      {"logit_bias vocab", [](SamplingParams& p) { p.logit_bias = {{kVocab, 1.0f}}; },
+      {"logit_bias vocab",
+       [](SamplingParams& p) {
+         p.logit_bias = {{kVocab, 1.0f}};
+       },
        "logit_bias"},
-      {"logit_bias -1", [](SamplingParams& p) { p.logit_bias = {{-1, 1.0f}}; }, "logit_bias"},
-      {"logit_bias NaN", [](SamplingParams& p) { p.logit_bias = {{3, std::nanf("")}}; },
+      {"logit_bias -1",
+       [](SamplingParams& p) {
+         p.logit_bias = {{-1, 1.0f}};
+       },
        "logit_bias"},
-      {"logit_bias huge (clamped later)", [](SamplingParams& p) { p.logit_bias = {{3, 1e30f}}; },
+      {"logit_bias NaN",
+       [](SamplingParams& p) {
+         p.logit_bias = {{3, std::nanf("")}};
+       },
+       "logit_bias"},
+      {"logit_bias huge (clamped later)",
+       [](SamplingParams& p) {
+         p.logit_bias = {{3, 1e30f}};
+       },
        nullptr},
       {"allowed_token_ids empty", [](SamplingParams& p) { p.allowed_token_ids.emplace(); },
        "allowed_token_ids"},
-      {"allowed_token_ids vocab", [](SamplingParams& p) { p.allowed_token_ids = {{2, kVocab}}; },
+      {"allowed_token_ids vocab",
+       [](SamplingParams& p) {
+         p.allowed_token_ids = {{2, kVocab}};
+       },
        "allowed_token_ids"},
       {"allowed_token_ids -1", [](SamplingParams& p) { p.allowed_token_ids = {{-1}}; },
        "allowed_token_ids"},
-      {"allowed_token_ids ok", [](SamplingParams& p) { p.allowed_token_ids = {{0, kVocab - 1}}; },
+      {"allowed_token_ids ok",
+       [](SamplingParams& p) {
+         p.allowed_token_ids = {{0, kVocab - 1}};
+       },
        nullptr},
-      {"bad_words_token_ids vocab", [](SamplingParams& p) { p.bad_words_token_ids = {{1, kVocab}}; },
+      {"bad_words_token_ids vocab",
+       [](SamplingParams& p) {
+         p.bad_words_token_ids = {{1, kVocab}};
+       },
        "bad_words"},
       {"seed -1", [](SamplingParams& p) { p.seed = -1; }, nullptr},
       {"seed min", [](SamplingParams& p) { p.seed = std::numeric_limits<int64_t>::min(); },
@@ -322,8 +357,9 @@ TEST_F(BadWordsTest, LeadingWhitespaceIsStrippedAndRepeatsMerged) {
 TEST_F(BadWordsTest, AgreesWithEncodeOnManyWords) {
   // Every sequence is the encoding of the stripped word or of " " + it, the plain one is always
   // there, and the spaced one exactly when vLLM's rule keeps it.
-  const std::vector<std::string> words = {"hello", "Hello world", "ea", "ex", "and", ",", "The",
-                                          "in", "e", "ab", "a b", "x1", "über", "日本"};
+  const std::vector<std::string> words = {"hello", "Hello world", "ea",   "ex",  "and",
+                                          ",",     "The",         "in",   "e",   "ab",
+                                          "a b",   "x1",          "über", "日本"};
   for (const std::string& w : words) {
     SCOPED_TRACE(w);
     auto r = Resolve({w});
@@ -350,14 +386,14 @@ TEST_F(BadWordsTest, InvalidUtf8IsAnError) {
 
 TEST_F(BadWordsTest, AtMost128Sequences) {
   std::vector<std::string> words;
-  for (int i = 0; i < 64; ++i) words.push_back("a" + std::to_string(i));  // [97, digits...]
+  for (int i = 0; i < 64; ++i) words.push_back(fmt::format("a{}", i));  // [97, digits...]
   auto r = Resolve(words);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const size_t n = r->size();
   ASSERT_LE(n, 128u);
   // Pad with words of one sequence each until the limit, then one more.
   for (int i = 0; words.size() < 400; ++i) {
-    words.push_back("the" + std::to_string(i));
+    words.push_back(fmt::format("the{}", i));
     r = Resolve(words);
     if (!r.ok()) break;
     ASSERT_LE(r->size(), 128u);
