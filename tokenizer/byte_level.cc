@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "tokenizer/utf8.h"
+
 namespace moeserve::tokenizer {
 namespace {
 
@@ -35,24 +37,6 @@ constexpr Tables BuildTables() {
 // Built at compile time, so lookups need no initialization guard.
 constexpr Tables kTables = BuildTables();
 static_assert(kTables.byte_to_cp[0xFF] == 0xFF && kTables.byte_to_cp[0xAD] == kAlphabetEnd - 1);
-
-void AppendUtf8(char32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 // Decodes the code point starting at text[*pos] and advances *pos past it. Strict (RFC 3629):
 // overlong forms, surrogates, code points above U+10FFFF, stray continuation bytes and truncated
