@@ -28,23 +28,7 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   exit 77
 fi
 
-# Install only when the pinned versions are not already there, so reruns need no network.
-installed() {
-  node -e '
-    const fs = require("fs");
-    const want = JSON.parse(fs.readFileSync(process.argv[1], "utf8")).dependencies;
-    for (const [name, version] of Object.entries(want)) {
-      const file = `${process.argv[2]}/node_modules/${name}/package.json`;
-      if (!fs.existsSync(file) || JSON.parse(fs.readFileSync(file, "utf8")).version !== version) {
-        process.exit(1);
-      }
-    }' "$here/package.json" "$cache"
-}
-if ! installed; then
-  cp "$here/package.json" "$cache/package.json"
-  (cd "$cache" && npm install --no-audit --no-fund --no-package-lock --loglevel=error)
-  installed || { echo "FAIL: npm install did not provide the pinned packages" >&2; exit 1; }
-fi
+"$here/../../scripts/npm-install-pinned.sh" "$here/package.json" "$cache"
 # Node resolves `import 'tokenizers'` from the script's own folder, hence the copy.
 cp "$here/check_tokenizer.mjs" "$cache/check_tokenizer.mjs"
 
