@@ -15,6 +15,7 @@ int RunMakeModel(const std::vector<std::string>& args);
 int RunInspect(const std::vector<std::string>& args);
 int RunLogits(const std::vector<std::string>& args);
 int RunGenerate(const std::vector<std::string>& args);
+int RunServe(const std::vector<std::string>& args);
 int RunBench(const std::vector<std::string>& args);
 int RunTokenize(const std::vector<std::string>& args);
 int RunDetokenize(const std::vector<std::string>& args);

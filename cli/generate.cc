@@ -22,7 +22,7 @@
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/model_flags.h"
-#include "cli/sampling_json.h"
+#include "server/sampling_json.h"
 #include "core/check.h"
 #include "core/timer.h"
 #include "io/model_config.h"
@@ -31,6 +31,9 @@
 
 namespace moeserve::cli {
 namespace {
+
+using server::ApplySamplingKey;
+using server::SamplingKeys;
 
 constexpr char kCommand[] = "generate";
 

@@ -25,6 +25,7 @@ constexpr Subcommand kSubcommands[] = {
     {"tokenize", "text to token ids (and chats rendered with the chat template)", &RunTokenize},
     {"detokenize", "token ids to text", &RunDetokenize},
     {"generate", "greedy generation for one prompt (text or token ids)", &RunGenerate},
+    {"serve", "OpenAI-compatible HTTP server (vLLM's API) over the engine", &RunServe},
     {"bench", "benchmarks: 'bench latency' (in-process decode / prefill vs the roofline)",
      &RunBench},
 };

@@ -10,3 +10,4 @@ find_package(benchmark REQUIRED)                # libbenchmark-dev
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)   # libpcre2-dev (tokenizer)
 find_package(MPI COMPONENTS CXX)                # libopenmpi-dev (parallel, optional for now)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)  # libutf8proc-dev (NFC)
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # libcpp-httplib-dev (server)

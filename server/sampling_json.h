@@ -1,5 +1,5 @@
-// vLLM's sampling parameters read from JSON -- a `generate --prompts-file` line now, an HTTP
-// request body later -- one key at a time, by vLLM's names (spec/serving.md §3.1). Only types are
+// vLLM's sampling parameters read from JSON -- an HTTP request body (the server) or a `generate
+// --prompts-file` line -- one key at a time, by vLLM's names (spec/serving.md §3.1). Only types are
 // checked here; ranges are SamplingParams::Validate's, whose messages name the parameter too.
 #pragma once
 
@@ -10,7 +10,7 @@
 #include "core/status.h"
 #include "engine/sampling_params.h"
 
-namespace moeserve::cli {
+namespace moeserve::server {
 
 // Sets the field of `p` that `key` names from `value`. *known is false when `key` is not a
 // sampling parameter (p untouched, OK returned): the caller decides what else it may be.
@@ -26,4 +26,4 @@ Status ApplySamplingKey(std::string_view key, const nlohmann::json& value,
 // The keys ApplySamplingKey knows, in SamplingParams' order (for messages and --help).
 std::span<const std::string_view> SamplingKeys();
 
-}  // namespace moeserve::cli
+}  // namespace moeserve::server

@@ -1,4 +1,4 @@
-#include "cli/sampling_json.h"
+#include "server/sampling_json.h"
 
 #include <fmt/format.h>
 
@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-namespace moeserve::cli {
+namespace moeserve::server {
 namespace {
 
 using engine::SamplingParams;
@@ -192,4 +192,4 @@ std::span<const std::string_view> SamplingKeys() {
   return kNames;
 }
 
-}  // namespace moeserve::cli
+}  // namespace moeserve::server

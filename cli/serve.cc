@@ -1,0 +1,159 @@
+// moeserve serve: the OpenAI-compatible HTTP server (CLI.md, spec/serving.md §7). The port is
+// bound and /health answers (503) before the weights load, as vLLM's does; then the engine loop
+// starts and /health turns 200. SIGINT / SIGTERM stop accepting, abort what is in flight and
+// exit 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/engine_flags.h"
+#include "cli/model_flags.h"
+#include "core/log.h"
+#include "io/model_config.h"
+#include "server/engine_loop.h"
+#include "server/http_server.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace moeserve::cli {
+namespace {
+
+constexpr char kCommand[] = "serve";
+
+struct Options {
+  ModelFlags model;
+  EngineFlags engine;
+  std::string host = "127.0.0.1";
+  int64_t port = 8000;
+  std::string api_key;
+  std::string served_model_name;
+  std::string chat_template;
+  int64_t max_body_mib = 16;
+};
+
+Result<std::string> ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return IoError("cannot open {}", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return std::move(text).str();
+}
+
+// The chat template: --chat-template FILE (with the config's special tokens when it has them),
+// else tokenizer_config.json's. None is not an error: chat requests are then refused.
+Result<std::optional<tokenizer::ChatTemplate>> LoadChatTemplate(const std::string& dir,
+                                                                const std::string& file) {
+  std::optional<tokenizer::ChatTemplate> from_config;
+  const std::string config_path = dir + "/tokenizer_config.json";
+  if (std::filesystem::exists(config_path)) {
+    ASSIGN_OR_RETURN(const std::string config, ReadText(config_path));
+    Result<tokenizer::ChatTemplate> parsed = tokenizer::ChatTemplate::FromTokenizerConfig(config);
+    if (parsed.ok()) {
+      from_config = std::move(*parsed);
+    } else if (file.empty()) {
+      LogWarning("serve: no chat template ({}): /v1/chat/completions is refused",
+                 parsed.status().message());
+    }
+  }
+  if (file.empty()) return from_config;
+  ASSIGN_OR_RETURN(const std::string source, ReadText(file));
+  Result<tokenizer::ChatTemplate> chat =
+      from_config ? from_config->WithTemplate(source) : tokenizer::ChatTemplate::Parse(source);
+  if (!chat.ok()) return chat.status().WithContext("--chat-template " + file);
+  return std::optional<tokenizer::ChatTemplate>(std::move(*chat));
+}
+
+int Run(const Options& o) {
+  for (Status s : {o.model.Validate(), o.engine.Validate()}) {
+    if (!s.ok()) return UsageError(kCommand, s);
+  }
+  if (o.port < 0 || o.port > 65535) {
+    return UsageError(kCommand, InvalidArgument("--port: must be in [0, 65535]"));
+  }
+  if (o.max_body_mib < 1) return UsageError(kCommand, InvalidArgument("--max-body-mib: >= 1"));
+  Result<std::string> dir = o.model.Dir();
+  if (!dir.ok()) return RuntimeError(kCommand, dir.status());
+  Result<io::ModelConfig> config = io::LoadModelConfig(*dir);
+  if (!config.ok()) return RuntimeError(kCommand, config.status());
+  Result<std::unique_ptr<tokenizer::Tokenizer>> tok = tokenizer::Tokenizer::LoadFromDir(*dir);
+  if (!tok.ok()) return RuntimeError(kCommand, tok.status());
+  Result<std::optional<tokenizer::ChatTemplate>> chat = LoadChatTemplate(*dir, o.chat_template);
+  if (!chat.ok()) return UsageError(kCommand, chat.status());
+
+  // The signals are taken by sigwait below: blocked here, before any thread starts, so that
+  // every thread inherits the mask. SIGPIPE is ignored: a client gone is a failed write.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  server::ServerOptions options;
+  options.host = o.host;
+  options.port = static_cast<int>(o.port);
+  options.api_key = o.api_key;
+  // vLLM's default name is the --model argument as given.
+  options.served_model_name = o.served_model_name.empty() ? *dir : o.served_model_name;
+  options.model_root = *dir;
+  options.vocab_size = config->vocab_size;
+  options.max_body_bytes = static_cast<size_t>(o.max_body_mib) << 20;
+  server::HttpServer http(options, **tok, std::move(*chat));
+  if (Status s = http.Bind(); !s.ok()) return RuntimeError(kCommand, s);
+  std::thread listener([&] { http.Listen(); });
+  LogInfo("serve: listening on http://{}:{} (model \"{}\"), loading the model", o.host, o.port,
+          options.served_model_name);
+
+  // From here on a failure must stop the listener before returning.
+  const auto fail = [&](int code) {
+    http.Stop();
+    listener.join();
+    return code;
+  };
+  Result<std::unique_ptr<model::CausalLm>> loaded = o.model.Load();
+  if (!loaded.ok()) return fail(RuntimeError(kCommand, loaded.status()));
+  Result<std::unique_ptr<engine::Engine>> engine = CreateEngine(**loaded, o.engine.ToConfig());
+  if (!engine.ok()) return fail(UsageError(kCommand, engine.status()));
+  server::EngineLoop loop(std::move(*engine));
+  http.SetEngine(&loop);
+  LogInfo("serve: ready");
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  LogInfo("serve: signal {}: shutting down", signal_number);
+  // The loop first: it ends every request in flight, so their handlers return and the HTTP
+  // server's stop can join them.
+  loop.Stop();
+  return fail(0);
+}
+
+}  // namespace
+
+int RunServe(const std::vector<std::string>& args) {
+  Options o;
+  FlagSet flags("moeserve serve",
+                "OpenAI-compatible HTTP server (vLLM's API): /v1/completions,\n"
+                "/v1/chat/completions, /v1/models, /health, /version, /tokenize, /detokenize.");
+  o.model.Register(flags);
+  o.engine.Register(flags);
+  flags.String("host", &o.host, "address to listen on");
+  flags.Int("port", &o.port, "port to listen on");
+  flags.String("api-key", &o.api_key,
+               "require \"Authorization: Bearer KEY\" on /v1 routes (\"\": no key)");
+  flags.String("served-model-name", &o.served_model_name,
+               "the model name of requests and /v1/models (default: the --model path)");
+  flags.String("chat-template", &o.chat_template,
+               "a Jinja chat template file instead of tokenizer_config.json's");
+  flags.Int("max-body-mib", &o.max_body_mib, "larger request bodies are refused (413)");
+  if (std::optional<int> exit_code = ParseFlags(flags, args, kCommand)) return *exit_code;
+  return Run(o);
+}
+
+}  // namespace moeserve::cli

@@ -1,0 +1,222 @@
+#include "server/engine_loop.h"
+
+#include <utility>
+
+#include "core/log.h"
+
+namespace moeserve::server {
+
+// ---- Channel ----
+
+Status Channel::Wait(std::chrono::milliseconds timeout, std::vector<ChoiceUpdate>* updates) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return news_ || !error_.ok(); });
+  *updates = std::move(choices_);
+  choices_.assign(updates->size(), ChoiceUpdate{});
+  news_ = false;
+  return error_;
+}
+
+void Channel::Publish(size_t choice, std::span<const int32_t> tokens,
+                      std::span<const engine::SampledToken> logprobs) {
+  {
+    std::lock_guard lock(mu_);
+    ChoiceUpdate& u = choices_[choice];
+    u.tokens.insert(u.tokens.end(), tokens.begin(), tokens.end());
+    u.logprobs.insert(u.logprobs.end(), logprobs.begin(), logprobs.end());
+    news_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Channel::Finish(size_t choice, engine::FinishReason reason) {
+  {
+    std::lock_guard lock(mu_);
+    choices_[choice].finished = true;
+    choices_[choice].finish_reason = reason;
+    news_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Channel::Fail(const Status& status) {
+  {
+    std::lock_guard lock(mu_);
+    if (error_.ok()) error_ = status;
+    news_ = true;
+  }
+  cv_.notify_all();
+}
+
+// ---- EngineLoop ----
+
+EngineLoop::EngineLoop(std::unique_ptr<engine::Engine> engine)
+    : engine_(std::move(engine)), thread_([this] { Run(); }) {}
+
+EngineLoop::~EngineLoop() { Stop(); }
+
+std::shared_ptr<Channel> EngineLoop::Submit(std::vector<int32_t> prompt,
+                                            std::vector<engine::SamplingParams> choices) {
+  auto channel = std::make_shared<Channel>(choices.size());
+  {
+    std::lock_guard lock(mu_);
+    if (stop_ || !healthy_) {
+      channel->Fail(Unimplemented("the server is shutting down or its engine failed"));
+      return channel;
+    }
+    submissions_.push_back({channel, std::move(prompt), std::move(choices)});
+  }
+  cv_.notify_one();
+  return channel;
+}
+
+void EngineLoop::Abort(const std::shared_ptr<Channel>& channel, engine::FinishReason reason) {
+  {
+    std::lock_guard lock(mu_);
+    aborts_.push_back({channel, -1, reason});
+  }
+  cv_.notify_one();
+}
+
+void EngineLoop::AbortChoice(const std::shared_ptr<Channel>& channel, size_t choice,
+                             engine::FinishReason reason) {
+  {
+    std::lock_guard lock(mu_);
+    aborts_.push_back({channel, static_cast<int64_t>(choice), reason});
+  }
+  cv_.notify_one();
+}
+
+void EngineLoop::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void EngineLoop::Run() {
+  for (;;) {
+    std::deque<Submission> submissions;
+    std::vector<AbortOrder> aborts;
+    bool stop = false;
+    {
+      std::unique_lock lock(mu_);
+      // Idle: sleep until a handler brings work. Busy: take what arrived and step again.
+      const bool busy = healthy_ && engine_->HasUnfinished();
+      cv_.wait(lock, [&] { return busy || stop_ || !submissions_.empty() || !aborts_.empty(); });
+      std::swap(submissions, submissions_);
+      std::swap(aborts, aborts_);
+      stop = stop_;
+    }
+    for (Submission& s : submissions) AddSubmission(s);
+    for (const AbortOrder& a : aborts) ApplyAbort(a);
+    if (stop) {
+      // Graceful shutdown: every request in flight ends as aborted, its handler returns.
+      std::vector<int64_t> ids;
+      for (const auto& [id, live] : live_) ids.push_back(id);
+      for (int64_t id : ids) {
+        engine_->Abort(id);
+        Publish(id);
+      }
+      FailAll(Unimplemented("the server is shutting down"));
+      return;
+    }
+    if (!healthy_ || !engine_->HasUnfinished()) continue;
+
+    const std::vector<engine::Request*>& updated = engine_->Step();
+    const engine::SchedulerOutput& out = engine_->last_schedule();
+    if (out.scheduled.empty() && out.preempted_ids.empty()) {
+      // Stepping on would spin forever: the engine is dead (503 on /health from now on).
+      LogError("engine: a step scheduled nothing with {} running and {} waiting",
+               engine_->num_running(), engine_->num_waiting());
+      healthy_ = false;
+      FailAll(Internal("the engine failed"));
+      continue;
+    }
+    std::vector<int64_t> ids;
+    ids.reserve(updated.size());
+    for (const engine::Request* r : updated) ids.push_back(r->id);
+    for (int64_t id : ids) Publish(id);
+  }
+}
+
+void EngineLoop::AddSubmission(Submission& s) {
+  std::vector<int64_t>& ids = ids_of_[s.channel.get()];
+  for (size_t c = 0; c < s.choices.size(); ++c) {
+    Result<int64_t> id = engine_->AddRequest(s.prompt, s.choices[c]);
+    if (!id.ok()) {
+      // The handler validated already; whatever is left is the engine's word. Choices added
+      // before this one are aborted with it.
+      for (int64_t added : ids) {
+        engine_->Abort(added);
+        engine_->Release(added);
+        live_.erase(added);
+      }
+      ids_of_.erase(s.channel.get());
+      s.channel->Fail(id.status());
+      return;
+    }
+    ids.push_back(*id);
+    live_[*id] = Live{s.channel, c, 0};
+  }
+}
+
+void EngineLoop::ApplyAbort(const AbortOrder& a) {
+  auto it = ids_of_.find(a.channel.get());
+  if (it == ids_of_.end()) return;  // finished already
+  const std::vector<int64_t> ids = it->second;
+  for (size_t c = 0; c < ids.size(); ++c) {
+    if (a.choice >= 0 && static_cast<int64_t>(c) != a.choice) continue;
+    if (!live_.count(ids[c])) continue;
+    engine_->Abort(ids[c], a.reason);
+    Publish(ids[c]);
+  }
+}
+
+void EngineLoop::Publish(int64_t id) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  Live& live = it->second;
+  const engine::Request* r = engine_->Find(id);
+  if (r != nullptr) {
+    const size_t total = r->output_token_ids.size();
+    if (total > live.sent) {
+      std::span<const engine::SampledToken> logprobs;
+      if (r->output_logprobs.size() >= total) {
+        logprobs = std::span(r->output_logprobs).subspan(live.sent, total - live.sent);
+      }
+      live.channel->Publish(live.choice,
+                            std::span(r->output_token_ids).subspan(live.sent, total - live.sent),
+                            logprobs);
+      live.sent = total;
+    }
+  }
+  if (r != nullptr && !r->finished()) return;
+  live.channel->Finish(live.choice, r != nullptr ? r->finish_reason : engine::FinishReason::kAbort);
+  // The channel's bookkeeping goes with its last request.
+  auto ids = ids_of_.find(live.channel.get());
+  if (ids != ids_of_.end()) {
+    bool any_live = false;
+    for (int64_t other : ids->second) any_live |= other != id && live_.count(other) > 0;
+    if (!any_live) ids_of_.erase(ids);
+  }
+  live_.erase(it);
+  if (r != nullptr) engine_->Release(id);
+}
+
+void EngineLoop::FailAll(const Status& status) {
+  for (auto& [id, live] : live_) {
+    live.channel->Fail(status);
+    engine_->Abort(id);
+    engine_->Release(id);
+  }
+  live_.clear();
+  ids_of_.clear();
+  std::lock_guard lock(mu_);
+  for (Submission& s : submissions_) s.channel->Fail(status);
+  submissions_.clear();
+}
+
+}  // namespace moeserve::server

@@ -1,0 +1,124 @@
+// EngineLoop: the one thread that owns the Engine (which is single-threaded). HTTP handler
+// threads submit requests and aborts through a queue and read each request's tokens from its
+// own Channel, so no handler blocks the loop or another handler. The loop sleeps while there is
+// no work and steps the engine while there is.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/engine.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/sampling_params.h"
+
+namespace moeserve::server {
+
+// What a choice produced since the last Channel::Wait.
+struct ChoiceUpdate {
+  std::vector<int32_t> tokens;
+  std::vector<engine::SampledToken> logprobs;  // one per token when logprobs were asked
+  bool finished = false;
+  engine::FinishReason finish_reason = engine::FinishReason::kNone;
+};
+
+// The outputs of one HTTP request: its n choices (FanOut), written by the loop, read by the
+// handler thread.
+class Channel {
+ public:
+  explicit Channel(size_t num_choices) : choices_(num_choices) {}
+
+  // Waits up to `timeout` for news, then moves it into *updates (one per choice; empty ones
+  // when nothing happened). Returns the request's error, if the engine refused or failed it.
+  Status Wait(std::chrono::milliseconds timeout, std::vector<ChoiceUpdate>* updates);
+
+  // Loop side.
+  void Publish(size_t choice, std::span<const int32_t> tokens,
+               std::span<const engine::SampledToken> logprobs);
+  void Finish(size_t choice, engine::FinishReason reason);
+  void Fail(const Status& status);
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<ChoiceUpdate> choices_;  // news per choice since the last Wait
+  Status error_;
+  bool news_ = false;
+};
+
+class EngineLoop {
+ public:
+  // Starts the loop thread.
+  explicit EngineLoop(std::unique_ptr<engine::Engine> engine);
+  ~EngineLoop();  // Stop()
+
+  // Queues a request: one engine request per element of `choices` (FanOut's output). The
+  // engine's refusal (AddRequest's error) arrives on the channel.
+  std::shared_ptr<Channel> Submit(std::vector<int32_t> prompt,
+                                  std::vector<engine::SamplingParams> choices);
+  // Ends every unfinished choice of the channel's request (a client gone: kAbort; a stop string
+  // found: kStop). Harmless when they have finished.
+  void Abort(const std::shared_ptr<Channel>& channel,
+             engine::FinishReason reason = engine::FinishReason::kAbort);
+  void AbortChoice(const std::shared_ptr<Channel>& channel, size_t choice,
+                   engine::FinishReason reason);
+
+  // Aborts everything in flight and joins the thread; later submissions fail at once.
+  void Stop();
+
+  // False after an engine step failed: the engine is dead, as vLLM's EngineDeadError.
+  bool healthy() const { return healthy_.load(); }
+  const engine::EngineLayout& layout() const { return engine_->layout(); }
+
+ private:
+  struct Submission {
+    std::shared_ptr<Channel> channel;
+    std::vector<int32_t> prompt;
+    std::vector<engine::SamplingParams> choices;
+  };
+  struct AbortOrder {
+    std::shared_ptr<Channel> channel;
+    int64_t choice;  // -1: all
+    engine::FinishReason reason;
+  };
+  // An engine request: which channel and choice it feeds, and how many tokens went out.
+  struct Live {
+    std::shared_ptr<Channel> channel;
+    size_t choice = 0;
+    size_t sent = 0;
+  };
+
+  void Run();
+  void AddSubmission(Submission& s);
+  void ApplyAbort(const AbortOrder& a);
+  // Publishes the new tokens of request `id`; on its end, finishes the choice and releases it.
+  void Publish(int64_t id);
+  void FailAll(const Status& status);
+
+  std::unique_ptr<engine::Engine> engine_;
+  std::atomic<bool> healthy_{true};
+
+  std::mutex mu_;  // guards the queues and stop_
+  std::condition_variable cv_;
+  std::deque<Submission> submissions_;
+  std::vector<AbortOrder> aborts_;
+  bool stop_ = false;
+
+  // Loop thread only.
+  std::unordered_map<int64_t, Live> live_;                           // engine id -> its channel
+  std::unordered_map<const Channel*, std::vector<int64_t>> ids_of_;  // channel -> ids per choice
+
+  std::thread thread_;
+};
+
+}  // namespace moeserve::server

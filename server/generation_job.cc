@@ -1,0 +1,149 @@
+#include "server/generation_job.h"
+
+#include <utility>
+
+#include "server/api_error.h"
+
+namespace moeserve::server {
+
+ChoiceState::ChoiceState(const tokenizer::Tokenizer& tok, const engine::SamplingParams& p)
+    : detok(tok, {.skip_special_tokens = p.skip_special_tokens,
+                  .stop = p.stop,
+                  .include_stop_str_in_output = p.include_stop_str_in_output}) {}
+
+bool GenerationJob::finished() const {
+  for (const ChoiceState& c : choices) {
+    if (!c.finished) return false;
+  }
+  return true;
+}
+
+int64_t GenerationJob::completion_tokens() const {
+  int64_t n = 0;
+  for (const ChoiceState& c : choices) n += static_cast<int64_t>(c.tokens.size());
+  return n;
+}
+
+Status GenerationJob::Pull(std::chrono::milliseconds timeout, std::vector<Delta>* deltas) {
+  std::vector<ChoiceUpdate> updates;
+  RETURN_IF_ERROR(channel->Wait(timeout, &updates));
+  deltas->assign(choices.size(), Delta{});
+  for (size_t i = 0; i < choices.size(); ++i) {
+    ChoiceState& c = choices[i];
+    ChoiceUpdate& u = updates[i];
+    Delta& d = (*deltas)[i];
+    if (c.finished) continue;
+    const bool was_stopped = c.detok.stopped();
+    for (size_t t = 0; t < u.tokens.size() && !c.detok.stopped(); ++t) {
+      c.tokens.push_back(u.tokens[t]);
+      if (t < u.logprobs.size()) d.logprobs.push_back(u.logprobs[t]);
+      d.text += c.detok.Add(u.tokens[t]);
+    }
+    if (c.detok.stopped() && !was_stopped) {
+      loop->AbortChoice(channel, i, engine::FinishReason::kStop);
+    }
+    if (u.finished) {
+      c.finished = d.finished = true;
+      // A stop string wins over the engine's reason, as in vLLM's output processor.
+      c.reason = c.detok.stopped() ? engine::FinishReason::kStop : u.finish_reason;
+      d.text += c.detok.Flush();
+    }
+    c.text += d.text;
+    c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+  }
+  return OkStatus();
+}
+
+ordered_json GenerationJob::LogprobsJson(const std::vector<engine::SampledToken>& logprobs,
+                                         int64_t* text_offset) const {
+  if (!request.params.logprobs) return nullptr;
+  if (chat()) {
+    return {{"content", ChatLogprobsContentJson(*tok, logprobs, *request.params.logprobs)}};
+  }
+  return CompletionLogprobsJson(*tok, logprobs, text_offset);
+}
+
+ordered_json GenerationJob::Response() {
+  ordered_json out = Envelope(id, chat() ? "chat.completion" : "text_completion", created, model);
+  ordered_json choices_json = ordered_json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    ChoiceState& c = choices[i];
+    ordered_json choice = {{"index", i}};
+    if (chat()) {
+      choice["message"] = {
+          {"role", "assistant"}, {"content", c.text}, {"tool_calls", ordered_json::array()}};
+    } else {
+      choice["text"] = c.text;
+    }
+    choice["logprobs"] = LogprobsJson(c.logprobs, &c.text_offset);
+    choice["finish_reason"] = FinishReasonJson(c.reason);
+    choice["stop_reason"] = nullptr;
+    choices_json.push_back(std::move(choice));
+  }
+  out["choices"] = std::move(choices_json);
+  out["usage"] = UsageJson(prompt_tokens, completion_tokens());
+  return out;
+}
+
+ordered_json GenerationJob::Chunk(size_t i, const Delta& d, bool first) {
+  ChoiceState& c = choices[i];
+  ordered_json out =
+      Envelope(id, chat() ? "chat.completion.chunk" : "text_completion", created, model);
+  ordered_json choice = {{"index", i}};
+  if (chat()) {
+    ordered_json delta = ordered_json::object();
+    if (first) delta["role"] = "assistant";
+    if (first || !d.text.empty()) delta["content"] = d.text;
+    choice["delta"] = std::move(delta);
+  } else {
+    choice["text"] = d.text;
+  }
+  choice["logprobs"] =
+      d.logprobs.empty() ? ordered_json(nullptr) : LogprobsJson(d.logprobs, &c.text_offset);
+  choice["finish_reason"] =
+      d.finished ? ordered_json(FinishReasonJson(c.reason)) : ordered_json(nullptr);
+  if (!chat()) choice["stop_reason"] = nullptr;
+  out["choices"] = ordered_json::array({std::move(choice)});
+  return out;
+}
+
+ordered_json GenerationJob::UsageChunk() const {
+  ordered_json out =
+      Envelope(id, chat() ? "chat.completion.chunk" : "text_completion", created, model);
+  out["choices"] = ordered_json::array();
+  out["usage"] = UsageJson(prompt_tokens, completion_tokens());
+  return out;
+}
+
+std::string GenerationJob::NextEvents(std::chrono::milliseconds timeout) {
+  std::string events;
+  if (!stream_started) {
+    stream_started = true;
+    if (chat()) {
+      for (size_t i = 0; i < choices.size(); ++i) events += SseEvent(Chunk(i, Delta{}, true));
+    }
+  }
+  std::vector<Delta> deltas;
+  const Status s = Pull(timeout, &deltas);
+  if (!s.ok()) {
+    events += SseEvent(json::parse(ToApiError(s).Body()));
+    events += kSseDone;
+    stream_done = true;
+    return events;
+  }
+  for (size_t i = 0; i < deltas.size(); ++i) {
+    const Delta& d = deltas[i];
+    // Empty deltas (a prefill step, text held back for a stop string) are not sent.
+    if (!d.text.empty() || !d.logprobs.empty() || d.finished) {
+      events += SseEvent(Chunk(i, d, false));
+    }
+  }
+  if (finished()) {
+    if (request.include_usage) events += SseEvent(UsageChunk());
+    events += kSseDone;
+    stream_done = true;
+  }
+  return events;
+}
+
+}  // namespace moeserve::server

@@ -1,0 +1,79 @@
+// GenerationJob: one /v1/completions or /v1/chat/completions request as its handler thread sees
+// it -- the choices' tokens from the engine loop's Channel, run through a detokenizer each (which
+// finds the stop strings), and the OpenAI response or SSE events made of them.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "server/engine_loop.h"
+#include "server/openai_json.h"
+#include "tokenizer/incremental_detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace moeserve::server {
+
+// A choice's tokens so far and the text they decoded to.
+struct ChoiceState {
+  ChoiceState(const tokenizer::Tokenizer& tok, const engine::SamplingParams& p);
+  tokenizer::IncrementalDetokenizer detok;
+  std::vector<int32_t> tokens;
+  std::vector<engine::SampledToken> logprobs;
+  std::string text;
+  bool finished = false;
+  engine::FinishReason reason = engine::FinishReason::kNone;
+  int64_t text_offset = 0;  // completions logprobs' running text_offset
+};
+
+// What one Pull added to a choice.
+struct Delta {
+  std::string text;
+  std::vector<engine::SampledToken> logprobs;
+  bool finished = false;  // this Pull finished the choice
+};
+
+struct GenerationJob {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string id;
+  int64_t created = 0;
+  std::string model;
+  GenerationRequest request;
+  int64_t prompt_tokens = 0;
+  EngineLoop* loop = nullptr;
+  const tokenizer::Tokenizer* tok = nullptr;
+  std::shared_ptr<Channel> channel;
+  std::vector<ChoiceState> choices;  // one per FanOut choice
+  bool stream_started = false;
+  bool stream_done = false;
+
+  bool finished() const;
+  int64_t completion_tokens() const;
+
+  // Waits up to `timeout` for tokens and turns them into text. As `generate` does, the token
+  // that completes a stop string is the last one kept; its choice is then aborted as stopped.
+  // An error is the engine's refusal or failure.
+  Status Pull(std::chrono::milliseconds timeout, std::vector<Delta>* deltas);
+
+  // The non-stream response (after every choice finished).
+  ordered_json Response();
+
+  // The SSE events that are ready after waiting up to `timeout`: chat's opening role deltas,
+  // the choices' deltas, then, once every choice finished, the usage chunk (when asked) and
+  // [DONE]. An error after the stream started is an event too, as vLLM sends it.
+  std::string NextEvents(std::chrono::milliseconds timeout);
+
+ private:
+  bool chat() const { return endpoint == Endpoint::kChat; }
+  ordered_json LogprobsJson(const std::vector<engine::SampledToken>& logprobs,
+                            int64_t* text_offset) const;
+  // A stream chunk of choice i: its text delta (chat: the message delta), logprobs and, on the
+  // last one, finish_reason.
+  ordered_json Chunk(size_t i, const Delta& d, bool first);
+  ordered_json UsageChunk() const;
+};
+
+}  // namespace moeserve::server

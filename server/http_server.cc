@@ -1,0 +1,396 @@
+#include "server/http_server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
+
+#include "core/log.h"
+#include "server/api_error.h"
+#include "server/generation_job.h"
+#include "server/openai_json.h"
+
+namespace moeserve::server {
+namespace {
+
+using namespace std::chrono_literals;
+
+// How long a handler waits for tokens before it looks at its connection again.
+constexpr auto kPollInterval = 50ms;
+
+void SendError(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(e.Body(), "application/json");
+}
+
+void SendJson(httplib::Response& res, const ordered_json& body) {
+  res.status = 200;
+  res.set_content(Dump(body), "application/json");
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  ServerOptions options;
+  const tokenizer::Tokenizer& tok;
+  std::optional<tokenizer::ChatTemplate> chat_template;
+  httplib::Server http;
+  std::atomic<EngineLoop*> loop{nullptr};
+  const int64_t created = std::time(nullptr);
+
+  Impl(ServerOptions o, const tokenizer::Tokenizer& t, std::optional<tokenizer::ChatTemplate> c)
+      : options(std::move(o)), tok(t), chat_template(std::move(c)) {}
+
+  int64_t max_model_len() const {
+    EngineLoop* l = loop.load();
+    return l != nullptr ? l->layout().max_model_len : 0;
+  }
+
+  // The engine loop when it can take requests; otherwise answers 503 and returns null.
+  EngineLoop* ReadyLoop(httplib::Response& res) {
+    EngineLoop* l = loop.load();
+    if (l == nullptr || !l->healthy()) {
+      SendError(res, {503, l == nullptr ? "the model is still loading" : "the engine failed", ""});
+      return nullptr;
+    }
+    return l;
+  }
+
+  // vLLM's --api-key: every /v1 route needs "Authorization: Bearer <key>".
+  bool Authorized(const httplib::Request& req, httplib::Response& res) const {
+    if (options.api_key.empty()) return true;
+    if (req.get_header_value("Authorization") == "Bearer " + options.api_key) return true;
+    res.status = 401;
+    res.set_content(R"({"error":"Unauthorized"})", "application/json");
+    return false;
+  }
+
+  // The body as a JSON object, or a 400 sent.
+  std::optional<json> Body(const httplib::Request& req, httplib::Response& res) const {
+    json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded()) {
+      SendError(res, {400, "the request body is not valid JSON", ""});
+      return std::nullopt;
+    }
+    if (!body.is_object()) {
+      SendError(res, {400, "the request body must be a JSON object", ""});
+      return std::nullopt;
+    }
+    return body;
+  }
+
+  Status CheckModel(const std::string& model) const {
+    if (model.empty() || model == options.served_model_name) return OkStatus();
+    return NotFound("The model `{}` does not exist.", model);
+  }
+
+  Result<std::string> RenderChat(const std::string& messages_json, const std::string& tools_json,
+                                 bool add_generation_prompt, const std::string& kwargs_json) const {
+    if (!chat_template) {
+      return InvalidArgument(
+          "messages: the model has no chat template (tokenizer_config.json "
+          "has none; pass --chat-template)");
+    }
+    Result<std::string> text =
+        chat_template->Render({messages_json, tools_json, add_generation_prompt, kwargs_json});
+    // A template's error (raise_exception included) is the request's fault, as vLLM's 400.
+    if (!text.ok()) return InvalidArgument("messages: {}", text.status().message());
+    return text;
+  }
+
+  // Token ids of a prompt, each checked against the model's vocabulary.
+  Result<std::vector<int32_t>> Encode(const std::string& text, bool add_special_tokens) const {
+    Result<std::vector<int32_t>> ids = tok.Encode(text, add_special_tokens);
+    if (!ids.ok()) return InvalidArgument("prompt: {}", ids.status().message());
+    for (int32_t id : *ids) {
+      if (id >= options.vocab_size) {
+        return Internal("the tokenizer gives id {}, outside the model's vocabulary of {}", id,
+                        options.vocab_size);
+      }
+    }
+    return ids;
+  }
+
+  // The request's prompt ids and engine requests, or the error to send.
+  std::optional<ApiError> Prepare(const json& body, Endpoint endpoint, GenerationRequest* r,
+                                  std::vector<int32_t>* prompt) const {
+    Result<GenerationRequest> parsed = ParseGenerationRequest(body, endpoint);
+    if (!parsed.ok()) return ToApiError(parsed.status());
+    *r = std::move(*parsed);
+    if (Status s = CheckModel(r->model); !s.ok()) return ToApiError(s);
+    if (endpoint == Endpoint::kChat) {
+      Result<std::string> text = RenderChat(r->messages_json, r->tools_json,
+                                            r->add_generation_prompt, r->chat_template_kwargs_json);
+      if (!text.ok()) return ToApiError(text.status());
+      Result<std::vector<int32_t>> ids = Encode(*text, r->add_special_tokens);
+      if (!ids.ok()) return ToApiError(ids.status());
+      *prompt = std::move(*ids);
+    } else if (r->prompt_text) {
+      Result<std::vector<int32_t>> ids = Encode(*r->prompt_text, r->add_special_tokens);
+      if (!ids.ok()) return ToApiError(ids.status());
+      *prompt = std::move(*ids);
+    } else {
+      for (int32_t id : *r->prompt_ids) {
+        if (id >= options.vocab_size) {
+          return ApiError{400,
+                          fmt::format("prompt: token id {} is outside the vocabulary [0, {})", id,
+                                      options.vocab_size),
+                          "prompt"};
+        }
+      }
+      *prompt = *r->prompt_ids;
+    }
+    if (prompt->empty()) return ApiError{400, "the prompt is empty", "prompt"};
+
+    // vLLM's context-length checks, with its messages.
+    const int64_t len = static_cast<int64_t>(prompt->size());
+    const int64_t max_len = max_model_len();
+    if (len >= max_len) {
+      return ApiError{400,
+                      fmt::format("This model's maximum context length is {} tokens. However, "
+                                  "your request has {} input tokens. Please reduce the length of "
+                                  "the input messages.",
+                                  max_len, len),
+                      "input_tokens"};
+    }
+    if (endpoint == Endpoint::kChat && !r->max_tokens_given) r->params.max_tokens = max_len - len;
+    if (len + r->params.max_tokens > max_len) {
+      return ApiError{
+          400,
+          fmt::format("'max_tokens' is too large: {}. This model's maximum context "
+                      "length is {} tokens and your request has {} input tokens ({} > "
+                      "{} - {}).",
+                      r->params.max_tokens, max_len, len, r->params.max_tokens, max_len, len),
+          "max_tokens"};
+    }
+    for (const std::string& s : r->params.stop) {
+      if (s.empty()) return ApiError{400, "stop: empty stop strings are not allowed", "stop"};
+    }
+    if (!r->params.bad_words.empty()) {
+      if (Status s = engine::ResolveBadWords(r->params, tok); !s.ok()) return ToApiError(s);
+    }
+    if (Status s = r->params.Validate(options.vocab_size); !s.ok()) return ToApiError(s);
+    return std::nullopt;
+  }
+
+  void HandleGeneration(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+    if (!Authorized(req, res)) return;
+    std::optional<json> body = Body(req, res);
+    if (!body) return;
+    GenerationRequest r;
+    std::vector<int32_t> prompt;
+    // The engine's max_model_len is needed for the checks: wait for it.
+    EngineLoop* l = ReadyLoop(res);
+    if (l == nullptr) return;
+    if (std::optional<ApiError> e = Prepare(*body, endpoint, &r, &prompt)) {
+      SendError(res, *e);
+      return;
+    }
+    auto job = std::make_shared<GenerationJob>();
+    job->endpoint = endpoint;
+    job->id = NewRequestId(endpoint);
+    job->created = std::time(nullptr);
+    job->model = options.served_model_name;
+    job->prompt_tokens = static_cast<int64_t>(prompt.size());
+    job->loop = l;
+    job->tok = &tok;
+    std::vector<engine::SamplingParams> fanned = engine::FanOut(r.params);
+    for (const engine::SamplingParams& p : fanned) job->choices.emplace_back(tok, p);
+    job->request = std::move(r);
+    job->channel = l->Submit(std::move(prompt), std::move(fanned));
+
+    if (!job->request.stream) {
+      // No disconnect check here: httplib 0.11 cannot tell a closed connection before writing.
+      std::vector<Delta> deltas;
+      while (!job->finished()) {
+        if (Status s = job->Pull(kPollInterval * 4, &deltas); !s.ok()) {
+          SendError(res, ToApiError(s));
+          return;
+        }
+      }
+      SendJson(res, job->Response());
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [job](size_t, httplib::DataSink& sink) {
+          if (job->stream_done) {
+            sink.done();
+            return true;
+          }
+          const std::string events = job->NextEvents(kPollInterval);
+          // A failed write or a closed socket is a client gone: false ends the response, and
+          // the releaser aborts the request.
+          if (!events.empty() && !sink.write(events.data(), events.size())) return false;
+          if (job->stream_done) sink.done();
+          return sink.is_writable();
+        },
+        [job](bool success) {
+          if (!success || !job->finished()) {
+            LogInfo("server: {} ended before it finished (client gone or shutdown): aborting",
+                    job->id);
+            job->loop->Abort(job->channel);
+          }
+        });
+  }
+
+  void HandleTokenize(const httplib::Request& req, httplib::Response& res) {
+    std::optional<json> body = Body(req, res);
+    if (!body) return;
+    const json& b = *body;
+    const auto fail = [&](const Status& s) { SendError(res, ToApiError(s)); };
+    if (b.contains("model") && !b["model"].is_null()) {
+      if (!b["model"].is_string()) return fail(InvalidArgument("\"model\" must be a string"));
+      if (Status s = CheckModel(b["model"].get<std::string>()); !s.ok()) return fail(s);
+    }
+    const bool chat = b.contains("messages");
+    bool add_special_tokens = !chat;
+    bool return_token_strs = false;
+    bool add_generation_prompt = true;
+    for (const auto& [key, flag] :
+         {std::pair<const char*, bool*>{"add_special_tokens", &add_special_tokens},
+          {"return_token_strs", &return_token_strs},
+          {"add_generation_prompt", &add_generation_prompt}}) {
+      if (!b.contains(key) || b[key].is_null()) continue;
+      if (!b[key].is_boolean()) return fail(InvalidArgument("\"{}\" must be true or false", key));
+      *flag = b[key].get<bool>();
+    }
+    std::string text;
+    if (chat) {
+      if (!b["messages"].is_array()) {
+        return fail(InvalidArgument("\"messages\" must be a list of messages"));
+      }
+      const std::string tools = b.contains("tools") ? b["tools"].dump() : "null";
+      Result<std::string> rendered =
+          RenderChat(b["messages"].dump(), tools, add_generation_prompt, "{}");
+      if (!rendered.ok()) return fail(rendered.status());
+      text = std::move(*rendered);
+    } else {
+      if (!b.contains("prompt") || !b["prompt"].is_string()) {
+        return fail(InvalidArgument("\"prompt\" must be a string"));
+      }
+      text = b["prompt"].get<std::string>();
+    }
+    Result<std::vector<int32_t>> ids = tok.Encode(text, add_special_tokens);
+    if (!ids.ok()) return fail(InvalidArgument("prompt: {}", ids.status().message()));
+    ordered_json out = {
+        {"count", ids->size()}, {"max_model_len", max_model_len()}, {"tokens", *ids}};
+    if (return_token_strs) {
+      ordered_json strs = ordered_json::array();
+      for (int32_t id : *ids) strs.push_back(std::string(tok.IdToToken(id).value_or("")));
+      out["token_strs"] = std::move(strs);
+    }
+    SendJson(res, out);
+  }
+
+  void HandleDetokenize(const httplib::Request& req, httplib::Response& res) {
+    std::optional<json> body = Body(req, res);
+    if (!body) return;
+    const json& b = *body;
+    if (!b.contains("tokens") || !b["tokens"].is_array()) {
+      SendError(res, {400, "\"tokens\" must be a list of token ids", "tokens"});
+      return;
+    }
+    std::vector<int32_t> ids;
+    for (const json& id : b["tokens"]) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= tok.id_limit()) {
+        SendError(res, {400, fmt::format("\"tokens\": {} is not a token id", id.dump()), "tokens"});
+        return;
+      }
+      ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+    SendJson(res, {{"prompt", tok.Decode(ids)}});
+  }
+
+  void Routes() {
+    http.set_payload_max_length(options.max_body_bytes);
+    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      HandleGeneration(req, res, Endpoint::kCompletions);
+    });
+    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      HandleGeneration(req, res, Endpoint::kChat);
+    });
+    http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!Authorized(req, res)) return;
+      ordered_json model = {{"id", options.served_model_name},
+                            {"object", "model"},
+                            {"created", created},
+                            {"owned_by", "vllm"},
+                            {"root", options.model_root},
+                            {"parent", nullptr},
+                            {"max_model_len", max_model_len()},
+                            {"permission", ordered_json::array()}};
+      SendJson(res, {{"object", "list"}, {"data", ordered_json::array({model})}});
+    });
+    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      EngineLoop* l = loop.load();
+      res.status = l != nullptr && l->healthy() ? 200 : 503;
+    });
+    http.Get("/version", [](const httplib::Request&, httplib::Response& res) {
+      SendJson(res, {{"version", MOESERVE_VERSION}});
+    });
+    http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      HandleTokenize(req, res);
+    });
+    http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      HandleDetokenize(req, res);
+    });
+    // httplib's own errors (404 no route, 413 body too large, ...) get vLLM's error body; the
+    // handlers' errors already have one.
+    http.set_error_handler(
+        httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
+          if (!res.body.empty() || res.status == 503)
+            return httplib::Server::HandlerResponse::Unhandled;
+          std::string message = res.status == 413   ? "the request body is too large"
+                                : res.status == 404 ? "no such route"
+                                                    : ErrorType(res.status);
+          SendErrorKeepStatus(res, message);
+          return httplib::Server::HandlerResponse::Handled;
+        }));
+    http.set_exception_handler(
+        [](const httplib::Request&, httplib::Response& res, std::exception_ptr e) {
+          std::string message = "internal error";
+          try {
+            std::rethrow_exception(e);
+          } catch (const std::exception& ex) {
+            message = ex.what();
+          } catch (...) {
+          }
+          SendError(res, {500, message, ""});
+        });
+  }
+
+  static void SendErrorKeepStatus(httplib::Response& res, const std::string& message) {
+    const int status = res.status;
+    SendError(res, {status, message, ""});
+  }
+};
+
+HttpServer::HttpServer(ServerOptions options, const tokenizer::Tokenizer& tok,
+                       std::optional<tokenizer::ChatTemplate> chat_template)
+    : impl_(std::make_unique<Impl>(std::move(options), tok, std::move(chat_template))) {
+  impl_->Routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+Status HttpServer::Bind() {
+  if (!impl_->http.bind_to_port(impl_->options.host, impl_->options.port)) {
+    return IoError("cannot listen on {}:{} (in use, or not an address of this machine)",
+                   impl_->options.host, impl_->options.port);
+  }
+  return OkStatus();
+}
+
+void HttpServer::Listen() { impl_->http.listen_after_bind(); }
+
+void HttpServer::SetEngine(EngineLoop* loop) { impl_->loop.store(loop); }
+
+void HttpServer::Stop() { impl_->http.stop(); }
+
+}  // namespace moeserve::server

@@ -1,0 +1,52 @@
+// The OpenAI-compatible HTTP server (spec/serving.md §7): routes, API key, request checks, and
+// the generation handlers that feed the EngineLoop and stream its tokens back. httplib's
+// handler threads each serve one connection; they meet the engine only through EngineLoop.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/status.h"
+#include "server/engine_loop.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace moeserve::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;            // "": no authentication
+  std::string served_model_name;  // the name requests must use (and /v1/models lists)
+  std::string model_root;         // /v1/models' "root": the model folder
+  int64_t vocab_size = 0;         // the model's (prompt ids must lie below it)
+  size_t max_body_bytes = 16 << 20;
+};
+
+class HttpServer {
+ public:
+  // `tok` must outlive the server; `chat_template` absent: chat requests are refused (400).
+  HttpServer(ServerOptions options, const tokenizer::Tokenizer& tok,
+             std::optional<tokenizer::ChatTemplate> chat_template);
+  ~HttpServer();
+
+  // Binds host:port (an IoError naming them when taken).
+  Status Bind();
+  // Serves until Stop(); call on its own thread. Until SetEngine, /health answers 503 and
+  // generation requests 503.
+  void Listen();
+  // The engine is ready: from now on requests go to `loop` (which must outlive the server).
+  void SetEngine(EngineLoop* loop);
+  // Stops accepting, waits for the handlers in flight (stop the loop first so they end).
+  void Stop();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace moeserve::server

@@ -1,0 +1,246 @@
+#include "server/openai_json.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <random>
+
+#include "server/sampling_json.h"
+
+namespace moeserve::server {
+namespace {
+
+// JSON has no -inf: a token the model rules out gets vLLM's API floor.
+float ApiLogprob(float logprob) { return std::max(logprob, -9999.0f); }
+
+Status ReadBool(const json& v, std::string_view key, bool* out) {
+  if (!v.is_boolean()) return InvalidArgument("\"{}\" must be true or false", key);
+  *out = v.get<bool>();
+  return OkStatus();
+}
+
+// "prompt": a string, a list of token ids, or a list of one of those (vLLM's batch form, of
+// which only single prompts are served for now).
+Status ReadPrompt(const json& v, GenerationRequest* r) {
+  const json* prompt = &v;
+  if (v.is_array() && !v.empty() && (v[0].is_string() || v[0].is_array())) {
+    if (v.size() != 1) {
+      return InvalidArgument(
+          "\"prompt\": a list of prompts is not supported; send one request "
+          "per prompt");
+    }
+    prompt = &v[0];
+  }
+  if (prompt->is_string()) {
+    r->prompt_text = prompt->get<std::string>();
+    if (r->prompt_text->empty()) return InvalidArgument("\"prompt\" is empty");
+    return OkStatus();
+  }
+  if (!prompt->is_array()) {
+    return InvalidArgument("\"prompt\" must be a string or a list of token ids");
+  }
+  if (prompt->empty()) return InvalidArgument("\"prompt\" is empty");
+  std::vector<int32_t> ids;
+  for (const json& id : *prompt) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+        id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      return InvalidArgument("\"prompt\": {} is not a token id", id.dump());
+    }
+    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  r->prompt_ids = std::move(ids);
+  return OkStatus();
+}
+
+Status ReadStreamOptions(const json& v, GenerationRequest* r) {
+  if (!v.is_object()) return InvalidArgument("\"stream_options\" must be an object");
+  for (const auto& [key, value] : v.items()) {
+    if (key == "include_usage" && !value.is_null()) {
+      RETURN_IF_ERROR(ReadBool(value, "stream_options", &r->include_usage));
+    }
+  }
+  return OkStatus();
+}
+
+// Keys only chat has: the template's inputs and chat's spelling of logprobs.
+Status ReadChatKey(const std::string& key, const json& value, GenerationRequest* r,
+                   std::optional<bool>* logprobs, std::optional<int64_t>* top_logprobs,
+                   bool* handled) {
+  *handled = true;
+  if (key == "messages") {
+    if (!value.is_array()) return InvalidArgument("\"messages\" must be a list of messages");
+    if (value.empty()) return InvalidArgument("\"messages\" is empty");
+    for (const json& m : value) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+        return InvalidArgument("\"messages\": each message must be an object with a \"role\"");
+      }
+    }
+    r->messages_json = value.dump();
+  } else if (key == "tools") {
+    if (!value.is_null() && !value.is_array()) {
+      return InvalidArgument("\"tools\" must be a list of tools");
+    }
+    r->tools_json = value.dump();
+  } else if (key == "add_generation_prompt") {
+    RETURN_IF_ERROR(ReadBool(value, key, &r->add_generation_prompt));
+  } else if (key == "chat_template_kwargs") {
+    if (!value.is_object()) return InvalidArgument("\"chat_template_kwargs\" must be an object");
+    r->chat_template_kwargs_json = value.dump();
+  } else if (key == "logprobs") {
+    bool b = false;
+    RETURN_IF_ERROR(ReadBool(value, key, &b));
+    *logprobs = b;
+  } else if (key == "top_logprobs") {
+    if (!value.is_number_integer()) return InvalidArgument("\"top_logprobs\" must be an integer");
+    *top_logprobs = value.get<int64_t>();
+  } else if (key == "max_completion_tokens") {
+    // OpenAI's newer name of max_tokens.
+    bool known = false;
+    RETURN_IF_ERROR(ApplySamplingKey("max_tokens", value, r->params, &known));
+    r->max_tokens_given = true;
+  } else {
+    *handled = false;
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<GenerationRequest> ParseGenerationRequest(const json& body, Endpoint endpoint) {
+  if (!body.is_object()) return InvalidArgument("the request body must be a JSON object");
+  GenerationRequest r;
+  r.endpoint = endpoint;
+  r.add_special_tokens = endpoint == Endpoint::kCompletions;
+  const bool chat = endpoint == Endpoint::kChat;
+  std::optional<bool> chat_logprobs;
+  std::optional<int64_t> top_logprobs;
+  bool stream_options_given = false;
+  bool has_prompt = false;
+  for (const auto& [key, value] : body.items()) {
+    if (value.is_null()) continue;  // vLLM reads null as "not given"
+    if (chat) {
+      bool handled = false;
+      RETURN_IF_ERROR(ReadChatKey(key, value, &r, &chat_logprobs, &top_logprobs, &handled));
+      if (handled) continue;
+    }
+    bool sampling = false;
+    RETURN_IF_ERROR(ApplySamplingKey(key, value, r.params, &sampling));
+    if (sampling) {
+      if (key == "max_tokens") r.max_tokens_given = true;
+      continue;
+    }
+    if (key == "model") {
+      if (!value.is_string()) return InvalidArgument("\"model\" must be a string");
+      r.model = value.get<std::string>();
+    } else if (key == "prompt" && !chat) {
+      RETURN_IF_ERROR(ReadPrompt(value, &r));
+      has_prompt = true;
+    } else if (key == "stream") {
+      RETURN_IF_ERROR(ReadBool(value, key, &r.stream));
+    } else if (key == "stream_options") {
+      RETURN_IF_ERROR(ReadStreamOptions(value, &r));
+      stream_options_given = true;
+    } else if (key == "add_special_tokens") {
+      RETURN_IF_ERROR(ReadBool(value, key, &r.add_special_tokens));
+    } else if (key == "echo") {
+      bool echo = false;
+      RETURN_IF_ERROR(ReadBool(value, key, &echo));
+      if (echo) return InvalidArgument("\"echo\" is not supported");
+    }
+    // Other keys (user, suffix, tool_choice, ...) are accepted and ignored, as vLLM ignores the
+    // fields it does not use.
+  }
+  if (chat) {
+    if (r.messages_json.empty()) return InvalidArgument("\"messages\" is required");
+    if (top_logprobs && (*top_logprobs < 0 || *top_logprobs > 20)) {
+      return InvalidArgument("top_logprobs must be in [0, 20], got {}", *top_logprobs);
+    }
+    if (top_logprobs && !chat_logprobs.value_or(false) && *top_logprobs > 0) {
+      return InvalidArgument("top_logprobs needs \"logprobs\": true");
+    }
+    if (chat_logprobs.value_or(false)) r.params.logprobs = top_logprobs.value_or(0);
+  } else if (!has_prompt) {
+    return InvalidArgument("\"prompt\" is required");
+  }
+  if (stream_options_given && !r.stream) {
+    return InvalidArgument("stream_options can only be set when stream is true");
+  }
+  return r;
+}
+
+std::string NewRequestId(Endpoint endpoint) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return fmt::format("{}-{:016x}{:016x}", endpoint == Endpoint::kChat ? "chatcmpl" : "cmpl", rng(),
+                     rng());
+}
+
+const char* FinishReasonJson(engine::FinishReason reason) {
+  return engine::FinishReasonName(reason);
+}
+
+ordered_json UsageJson(int64_t prompt_tokens, int64_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+ordered_json CompletionLogprobsJson(const tokenizer::Tokenizer& tok,
+                                    const std::vector<engine::SampledToken>& logprobs,
+                                    int64_t* text_offset) {
+  ordered_json tokens = ordered_json::array(), token_logprobs = ordered_json::array(),
+               top_logprobs = ordered_json::array(), text_offset_json = ordered_json::array();
+  for (const engine::SampledToken& s : logprobs) {
+    // vLLM writes each token as it decodes alone.
+    const std::string text = tok.Decode(std::span(&s.token, 1));
+    tokens.push_back(text);
+    token_logprobs.push_back(ApiLogprob(s.sampled.logprob));
+    ordered_json top = ordered_json::object();
+    for (const engine::TokenLogprob& t : s.top) {
+      top[tok.Decode(std::span(&t.token, 1))] = ApiLogprob(t.logprob);
+    }
+    top_logprobs.push_back(std::move(top));
+    text_offset_json.push_back(*text_offset);
+    *text_offset += static_cast<int64_t>(text.size());
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top_logprobs)},
+          {"text_offset", std::move(text_offset_json)}};
+}
+
+ordered_json ChatLogprobsContentJson(const tokenizer::Tokenizer& tok,
+                                     const std::vector<engine::SampledToken>& logprobs,
+                                     int64_t num_top) {
+  // {"token", "logprob", "bytes"}: bytes are the token's own, which may be part of a character.
+  const auto entry = [&](int32_t id, float logprob) {
+    const std::string text = tok.Decode(std::span(&id, 1));
+    ordered_json bytes = ordered_json::array();
+    const std::string raw(tok.TokenBytes(id).value_or(std::string_view()));
+    for (unsigned char b : raw) bytes.push_back(b);
+    return ordered_json{{"token", text}, {"logprob", ApiLogprob(logprob)}, {"bytes", bytes}};
+  };
+  ordered_json content = ordered_json::array();
+  for (const engine::SampledToken& s : logprobs) {
+    ordered_json e = entry(s.token, s.sampled.logprob);
+    ordered_json top = ordered_json::array();
+    for (size_t i = 0; i < s.top.size() && static_cast<int64_t>(i) < num_top; ++i) {
+      top.push_back(entry(s.top[i].token, s.top[i].logprob));
+    }
+    e["top_logprobs"] = std::move(top);
+    content.push_back(std::move(e));
+  }
+  return content;
+}
+
+ordered_json Envelope(const std::string& id, const char* object, int64_t created,
+                      const std::string& model) {
+  return {{"id", id}, {"object", object}, {"created", created}, {"model", model}};
+}
+
+std::string Dump(const ordered_json& value) {
+  return value.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+}
+
+std::string SseEvent(const ordered_json& value) { return "data: " + Dump(value) + "\n\n"; }
+
+}  // namespace moeserve::server

@@ -1,0 +1,82 @@
+// The OpenAI request and response bodies of /v1/completions and /v1/chat/completions as vLLM
+// reads and writes them (spec/serving.md §7): request JSON -> GenerationRequest (types checked,
+// sampling keys through ApplySamplingKey), and the response, chunk, usage and logprobs shapes.
+// No HTTP and no engine here: the handlers (http_server.cc) glue these to the engine loop.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/sampling_params.h"
+#include "tokenizer/tokenizer.h"
+
+namespace moeserve::server {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+enum class Endpoint { kCompletions, kChat };
+
+struct GenerationRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;  // "" when not given
+  // Completions: the prompt as text or as token ids (exactly one).
+  std::optional<std::string> prompt_text;
+  std::optional<std::vector<int32_t>> prompt_ids;
+  // Chat: the template's inputs, as JSON text.
+  std::string messages_json;
+  std::string tools_json = "null";
+  bool add_generation_prompt = true;
+  std::string chat_template_kwargs_json = "{}";
+  // vLLM: true for completions (BOS where the tokenizer adds one), false for chat (the template
+  // writes the special tokens).
+  bool add_special_tokens = true;
+
+  engine::SamplingParams params;
+  bool max_tokens_given = false;  // chat's default is what is left of max_model_len
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+// Reads a request body (an object). Errors are InvalidArgument naming the field first, so that
+// ToApiError finds the parameter.
+Result<GenerationRequest> ParseGenerationRequest(const json& body, Endpoint endpoint);
+
+// A unique id: "cmpl-<32 hex>" / "chatcmpl-<32 hex>".
+std::string NewRequestId(Endpoint endpoint);
+
+// "stop" | "length" | "abort".
+const char* FinishReasonJson(engine::FinishReason reason);
+
+ordered_json UsageJson(int64_t prompt_tokens, int64_t completion_tokens);
+
+// Completions logprobs {"tokens", "token_logprobs", "top_logprobs", "text_offset"} of `tokens`,
+// offsets counted from *text_offset (advanced past them: streaming calls it per delta).
+ordered_json CompletionLogprobsJson(const tokenizer::Tokenizer& tok,
+                                    const std::vector<engine::SampledToken>& logprobs,
+                                    int64_t* text_offset);
+
+// Chat logprobs entries [{"token", "logprob", "bytes", "top_logprobs": [...]}] (the "content"
+// array).
+ordered_json ChatLogprobsContentJson(const tokenizer::Tokenizer& tok,
+                                     const std::vector<engine::SampledToken>& logprobs,
+                                     int64_t num_top);
+
+// The envelope every response and chunk shares: id, object, created, model.
+ordered_json Envelope(const std::string& id, const char* object, int64_t created,
+                      const std::string& model);
+
+// One JSON value as an SSE event, and the end of a stream.
+std::string SseEvent(const ordered_json& value);
+inline constexpr char kSseDone[] = "data: [DONE]\n\n";
+
+// JSON text that survives invalid UTF-8 (replaced by U+FFFD) in generated text.
+std::string Dump(const ordered_json& value);
+
+}  // namespace moeserve::server

@@ -1,0 +1,539 @@
+// Runs the real `moeserve serve` on a tiny random model and drives it over HTTP as an OpenAI
+// client would: greedy completions and chats equal `moeserve generate` on the same prompt ids,
+// streams concatenate to the non-stream text, n / seed / logprobs / stop strings act as vLLM's,
+// bad requests get vLLM's status and error body while the server keeps serving, a client that
+// disconnects mid-stream is aborted, and SIGTERM exits 0.
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/run_binary.h"
+
+namespace moeserve {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr char kApiKey[] = "test-key";
+constexpr int kMaxModelLen = 256;
+
+// A port nobody listens on now (the kernel's pick; free again once closed).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// The "data: " payloads of an SSE body, in order.
+std::vector<std::string> SseData(const std::string& body) {
+  std::vector<std::string> events;
+  size_t pos = 0;
+  while ((pos = body.find("data: ", pos)) != std::string::npos) {
+    const size_t end = body.find("\n\n", pos);
+    events.push_back(body.substr(pos + 6, end - pos - 6));
+    pos = end;
+  }
+  return events;
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() /
+                        ("moeserve_server_test_" + std::to_string(getpid())));
+    fs::create_directories(*dir_);
+    const e2e::CommandResult made = e2e::RunMoeserve(
+        fmt::format("make-model --arch qwen3_next --preset tiny --seed 3 --out {}", Model()),
+        *dir_ / "make_model.err");
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+
+    port_ = FreePort();
+    pid_ = fork();
+    if (pid_ == 0) {
+      const std::string log = (*dir_ / "serve.err").string();
+      freopen(log.c_str(), "w", stderr);
+      const std::string port = std::to_string(port_);
+      const std::string max_len = std::to_string(kMaxModelLen);
+      execl(MOESERVE_BINARY, MOESERVE_BINARY, "serve", "--model", Model().c_str(), "--port",
+            port.c_str(), "--max-model-len", max_len.c_str(), "--api-key", kApiKey,
+            "--served-model-name", "tiny", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    // Ready when /health says 200 (503 while the weights load; refused before the bind).
+    httplib::Client c("127.0.0.1", port_);
+    for (int i = 0; i < 600; ++i) {
+      if (auto r = c.Get("/health"); r && r->status == 200) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    FAIL() << "the server did not become healthy: " << e2e::ReadFile(*dir_ / "serve.err");
+  }
+
+  static void TearDownTestSuite() {
+    if (pid_ > 0) {
+      // Graceful shutdown: SIGTERM ends the server with exit code 0.
+      kill(pid_, SIGTERM);
+      int status = 0;
+      waitpid(pid_, &status, 0);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        ADD_FAILURE() << "serve did not exit 0 on SIGTERM: " << status << "\n"
+                      << e2e::ReadFile(*dir_ / "serve.err");
+      }
+    }
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+
+  static std::string Model() { return (*dir_ / "model").string(); }
+
+  static httplib::Client Client(bool with_key = true) {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(120, 0);
+    if (with_key) c.set_bearer_token_auth(kApiKey);
+    return c;
+  }
+
+  // POSTs `body` (JSON text as given); the status and the body.
+  static std::pair<int, std::string> Post(const std::string& path, const std::string& body,
+                                          bool with_key = true) {
+    httplib::Client c = Client(with_key);
+    auto r = c.Post(path.c_str(), body, "application/json");
+    if (!r) return {-1, httplib::to_string(r.error())};
+    return {r->status, r->body};
+  }
+
+  static json PostJson(const std::string& path, const json& body) {
+    const auto [status, text] = Post(path, body.dump());
+    EXPECT_EQ(status, 200) << text;
+    return status == 200 ? json::parse(text) : json();
+  }
+
+  // `generate --json` of prompt ids, greedy: the reference the server must match.
+  static json Generate(const std::vector<int32_t>& ids, int max_tokens) {
+    std::string joined;
+    for (int32_t id : ids) {
+    if (!joined.empty()) joined += ',';
+    joined += std::to_string(id);
+  }
+    const e2e::CommandResult r = e2e::RunMoeserve(
+        fmt::format("generate --model {} --token-ids {} --max-tokens {} --ignore-eos --json",
+                    Model(), joined, max_tokens),
+        *dir_ / "generate.err");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return json::parse(r.out)["requests"][0];
+  }
+
+  static fs::path* dir_;
+  static int port_;
+  static pid_t pid_;
+};
+
+fs::path* ServerTest::dir_ = nullptr;
+int ServerTest::port_ = 0;
+pid_t ServerTest::pid_ = -1;
+
+const std::vector<int32_t> kPrompt = {5, 17, 42, 99, 3, 250, 7};
+
+TEST_F(ServerTest, HealthModelsVersion) {
+  httplib::Client c = Client();
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto models = c.Get("/v1/models");
+  ASSERT_TRUE(models);
+  ASSERT_EQ(models->status, 200);
+  const json m = json::parse(models->body);
+  EXPECT_EQ(m["object"], "list");
+  ASSERT_EQ(m["data"].size(), 1u);
+  EXPECT_EQ(m["data"][0]["id"], "tiny");
+  EXPECT_EQ(m["data"][0]["object"], "model");
+  EXPECT_EQ(m["data"][0]["max_model_len"], kMaxModelLen);
+  auto version = c.Get("/version");
+  ASSERT_TRUE(version);
+  EXPECT_TRUE(json::parse(version->body)["version"].is_string());
+}
+
+TEST_F(ServerTest, CompletionMatchesGenerate) {
+  const json ref = Generate(kPrompt, 12);
+  const json r = PostJson("/v1/completions", {{"model", "tiny"},
+                                              {"prompt", kPrompt},
+                                              {"max_tokens", 12},
+                                              {"temperature", 0},
+                                              {"ignore_eos", true}});
+  EXPECT_EQ(r["object"], "text_completion");
+  EXPECT_TRUE(r["id"].get<std::string>().starts_with("cmpl-"));
+  EXPECT_EQ(r["model"], "tiny");
+  EXPECT_TRUE(r["created"].is_number_integer());
+  ASSERT_EQ(r["choices"].size(), 1u);
+  EXPECT_EQ(r["choices"][0]["index"], 0);
+  EXPECT_EQ(r["choices"][0]["text"], ref["text"]);
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r["usage"]["prompt_tokens"], kPrompt.size());
+  EXPECT_EQ(r["usage"]["completion_tokens"], ref["token_ids"].size());
+  EXPECT_EQ(r["usage"]["total_tokens"], kPrompt.size() + ref["token_ids"].size());
+}
+
+TEST_F(ServerTest, ChatMatchesGenerate) {
+  const json messages = {{{"role", "system"}, {"content", "Be brief."}},
+                         {{"role", "user"}, {"content", "Hello there"}}};
+  const json tokens = PostJson("/tokenize", {{"messages", messages}});
+  const std::vector<int32_t> ids = tokens["tokens"];
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(tokens["count"], ids.size());
+  const json ref = Generate(ids, 10);
+  const json r = PostJson(
+      "/v1/chat/completions",
+      {{"messages", messages}, {"max_tokens", 10}, {"temperature", 0}, {"ignore_eos", true}});
+  EXPECT_EQ(r["object"], "chat.completion");
+  EXPECT_TRUE(r["id"].get<std::string>().starts_with("chatcmpl-"));
+  ASSERT_EQ(r["choices"].size(), 1u);
+  EXPECT_EQ(r["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(r["choices"][0]["message"]["content"], ref["text"]);
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r["usage"]["prompt_tokens"], ids.size());
+  EXPECT_EQ(r["usage"]["completion_tokens"], 10);
+}
+
+TEST_F(ServerTest, CompletionStreamEqualsNonStream) {
+  json request = {
+      {"prompt", "Once upon a time"}, {"max_tokens", 16}, {"temperature", 0}, {"ignore_eos", true}};
+  const json whole = PostJson("/v1/completions", request);
+  request["stream"] = true;
+  request["stream_options"] = {{"include_usage", true}};
+  const auto [status, body] = Post("/v1/completions", request.dump());
+  ASSERT_EQ(status, 200) << body;
+  const std::vector<std::string> events = SseData(body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string text;
+  int finishes = 0;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    const json chunk = json::parse(events[i]);
+    EXPECT_EQ(chunk["object"], "text_completion");
+    EXPECT_EQ(chunk["id"], json::parse(events[0])["id"]);
+    text += chunk["choices"][0]["text"].get<std::string>();
+    if (!chunk["choices"][0]["finish_reason"].is_null()) ++finishes;
+  }
+  EXPECT_EQ(text, whole["choices"][0]["text"]);
+  EXPECT_EQ(finishes, 1);
+  EXPECT_EQ(json::parse(events[events.size() - 3])["choices"][0]["finish_reason"], "length");
+  const json usage = json::parse(events[events.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"], whole["usage"]);
+}
+
+TEST_F(ServerTest, ChatStreamEqualsNonStream) {
+  json request = {{"messages", {{{"role", "user"}, {"content", "Tell me a story"}}}},
+                  {"max_tokens", 12},
+                  {"temperature", 0},
+                  {"ignore_eos", true}};
+  const json whole = PostJson("/v1/chat/completions", request);
+  request["stream"] = true;
+  const auto [status, body] = Post("/v1/chat/completions", request.dump());
+  ASSERT_EQ(status, 200) << body;
+  const std::vector<std::string> events = SseData(body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  const json first = json::parse(events[0]);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  std::string content;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json delta = json::parse(events[i])["choices"][0]["delta"];
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+    // No usage chunk without stream_options.include_usage.
+    EXPECT_FALSE(json::parse(events[i]).contains("usage"));
+  }
+  EXPECT_EQ(content, whole["choices"][0]["message"]["content"]);
+  EXPECT_EQ(json::parse(events[events.size() - 2])["choices"][0]["finish_reason"], "length");
+}
+
+TEST_F(ServerTest, NChoicesWithSeed) {
+  const json request = {{"prompt", kPrompt}, {"max_tokens", 8},    {"temperature", 1.0},
+                        {"seed", 7},         {"ignore_eos", true}, {"n", 2}};
+  const json a = PostJson("/v1/completions", request);
+  const json b = PostJson("/v1/completions", request);
+  ASSERT_EQ(a["choices"].size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(a["choices"][i]["index"], i);
+    EXPECT_EQ(a["choices"][i]["text"], b["choices"][i]["text"]);  // seeded: repeatable
+  }
+  EXPECT_EQ(a["usage"]["completion_tokens"], 16);
+  // Choice 0 is seeded `seed` (FanOut: choice i gets seed + i), as a request with n = 1.
+  json single = request;
+  single["n"] = 1;
+  EXPECT_EQ(PostJson("/v1/completions", single)["choices"][0]["text"], a["choices"][0]["text"]);
+  // Streamed, each choice's deltas carry its index.
+  json streamed = request;
+  streamed["stream"] = true;
+  const auto [status, body] = Post("/v1/completions", streamed.dump());
+  ASSERT_EQ(status, 200);
+  std::string texts[2];
+  for (const std::string& e : SseData(body)) {
+    if (e == "[DONE]") continue;
+    const json c = json::parse(e)["choices"][0];
+    texts[c["index"].get<int>()] += c["text"].get<std::string>();
+  }
+  EXPECT_EQ(texts[0], a["choices"][0]["text"]);
+  EXPECT_EQ(texts[1], a["choices"][1]["text"]);
+}
+
+// Requests from many connections at once are batched by the engine loop and give, token for
+// token, what each gives alone.
+TEST_F(ServerTest, ConcurrentRequestsMatchSequential) {
+  std::vector<json> requests;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> prompt = kPrompt;
+    prompt[0] = 10 + i;
+    requests.push_back({{"prompt", prompt},
+                        {"max_tokens", 10 + i},
+                        {"temperature", 0},
+                        {"ignore_eos", true},
+                        {"stream", i % 2 == 1}});
+  }
+  // The text of a response, streamed or not.
+  const auto text_of = [](const std::string& body, bool stream) {
+    if (!stream) return json::parse(body)["choices"][0]["text"].get<std::string>();
+    std::string text;
+    for (const std::string& e : SseData(body)) {
+      if (e != "[DONE]") text += json::parse(e)["choices"][0]["text"].get<std::string>();
+    }
+    return text;
+  };
+  std::vector<std::string> alone;
+  for (const json& r : requests) {
+    const auto [status, body] = Post("/v1/completions", r.dump());
+    ASSERT_EQ(status, 200) << body;
+    alone.push_back(text_of(body, r["stream"]));
+  }
+  std::vector<std::string> together(requests.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    threads.emplace_back([&, i] {
+      const auto [status, body] = Post("/v1/completions", requests[i].dump());
+      together[i] = status == 200 ? text_of(body, requests[i]["stream"]) : "HTTP error";
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(together, alone);
+}
+
+TEST_F(ServerTest, LogprobsShapes) {
+  const json c = PostJson("/v1/completions", {{"prompt", kPrompt},
+                                              {"max_tokens", 5},
+                                              {"temperature", 0},
+                                              {"ignore_eos", true},
+                                              {"logprobs", 2}});
+  const json lp = c["choices"][0]["logprobs"];
+  ASSERT_TRUE(lp.is_object()) << c.dump();
+  ASSERT_EQ(lp["tokens"].size(), 5u);
+  ASSERT_EQ(lp["token_logprobs"].size(), 5u);
+  ASSERT_EQ(lp["top_logprobs"].size(), 5u);
+  ASSERT_EQ(lp["text_offset"].size(), 5u);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0);
+    EXPECT_TRUE(lp["top_logprobs"][i].is_object());
+    EXPECT_GE(lp["top_logprobs"][i].size(), 1u);
+    if (i > 0) {
+      EXPECT_GE(lp["text_offset"][i], lp["text_offset"][i - 1]);
+    }
+  }
+
+  const json chat =
+      PostJson("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                                        {"max_tokens", 4},
+                                        {"temperature", 0},
+                                        {"ignore_eos", true},
+                                        {"logprobs", true},
+                                        {"top_logprobs", 3}});
+  const json content = chat["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 4u) << chat.dump();
+  for (const json& e : content) {
+    EXPECT_TRUE(e["token"].is_string());
+    EXPECT_LE(e["logprob"].get<double>(), 0.0);
+    EXPECT_TRUE(e["bytes"].is_array());
+    ASSERT_EQ(e["top_logprobs"].size(), 3u);
+    for (const json& t : e["top_logprobs"]) {
+      EXPECT_TRUE(t.contains("token") && t.contains("logprob") && t.contains("bytes"));
+    }
+  }
+  // Greedy: the sampled token is the most likely one.
+  EXPECT_EQ(content[0]["token"], content[0]["top_logprobs"][0]["token"]);
+}
+
+TEST_F(ServerTest, StopString) {
+  const json request = {
+      {"prompt", kPrompt}, {"max_tokens", 24}, {"temperature", 0}, {"ignore_eos", true}};
+  const std::string text = PostJson("/v1/completions", request)["choices"][0]["text"];
+  // Two ASCII letters somewhere after the start make the stop string.
+  std::string stop;
+  for (size_t i = 1; i + 1 < text.size() && stop.empty(); ++i) {
+    if (std::isalpha(static_cast<unsigned char>(text[i])) &&
+        std::isalpha(static_cast<unsigned char>(text[i + 1]))) {
+      stop = text.substr(i, 2);
+    }
+  }
+  if (stop.empty()) GTEST_SKIP() << "no ASCII pair in " << text;
+  json stopped = request;
+  stopped["stop"] = stop;
+  const json r = PostJson("/v1/completions", stopped);
+  EXPECT_EQ(r["choices"][0]["text"], text.substr(0, text.find(stop)));
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+}
+
+TEST_F(ServerTest, TokenizeDetokenize) {
+  const json t = PostJson("/tokenize", {{"prompt", "hello world"}, {"return_token_strs", true}});
+  EXPECT_EQ(t["count"], t["tokens"].size());
+  EXPECT_EQ(t["token_strs"].size(), t["tokens"].size());
+  EXPECT_EQ(t["max_model_len"], kMaxModelLen);
+  EXPECT_EQ(PostJson("/detokenize", {{"tokens", t["tokens"]}})["prompt"], "hello world");
+}
+
+struct BadRequest {
+  const char* path;
+  std::string body;
+  int status;
+  const char* param;  // nullptr: null
+};
+
+TEST_F(ServerTest, BadRequestsGetVllmErrors) {
+  const std::string long_prompt = json(std::vector<int32_t>(kMaxModelLen, 5)).dump();
+  const std::vector<BadRequest> cases = {
+      {"/v1/completions", "{\"prompt\": [1, 2", 400, nullptr},
+      {"/v1/completions", "[1, 2]", 400, nullptr},
+      {"/v1/completions", R"({"max_tokens": 5})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": 12})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": [1, "a"]})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": ""})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": [1], "max_tokens": -1})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt": [1], "max_tokens": "5"})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt": [1], "temperature": 3})", 400, "temperature"},
+      {"/v1/completions", R"({"prompt": [1], "top_p": 0})", 400, "top_p"},
+      {"/v1/completions", R"({"prompt": [1], "top_k": 1.5})", 400, "top_k"},
+      {"/v1/completions", R"({"prompt": [1], "n": 0})", 400, "n"},
+      {"/v1/completions", R"({"prompt": [1], "stop": 5})", 400, "stop"},
+      {"/v1/completions", R"({"prompt": [1], "stream": "yes"})", 400, "stream"},
+      {"/v1/completions", R"({"prompt": [1], "stream_options": {"include_usage": true}})", 400,
+       "stream_options"},
+      {"/v1/completions", R"({"prompt": [1], "model": "other"})", 404, "model"},
+      {"/v1/completions", R"({"prompt": [999999]})", 400, "prompt"},
+      {"/v1/completions", "{\"prompt\": " + long_prompt + "}", 400, "input_tokens"},
+      {"/v1/completions", R"({"prompt": [1, 2], "max_tokens": 255})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt": [1], "logit_bias": [1]})", 400, "logit_bias"},
+      {"/v1/chat/completions", R"({"max_tokens": 4})", 400, "messages"},
+      {"/v1/chat/completions", R"({"messages": "hi"})", 400, "messages"},
+      {"/v1/chat/completions", R"({"messages": [{"content": "no role"}]})", 400, "messages"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})",
+       400, "logprobs"},
+      {"/v1/chat/completions",
+       R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 50, "logprobs": true})",
+       400, "top_logprobs"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "model": 3})",
+       400, "model"},
+      {"/detokenize", R"({"tokens": [-1]})", 400, "tokens"},
+  };
+  for (const BadRequest& c : cases) {
+    SCOPED_TRACE(fmt::format("{} {}", c.path, c.body.substr(0, 120)));
+    const auto [status, body] = Post(c.path, c.body);
+    EXPECT_EQ(status, c.status) << body;
+    const json e = json::parse(body, nullptr, false);
+    ASSERT_TRUE(e.is_object() && e.contains("error")) << body;
+    EXPECT_TRUE(e["error"]["message"].is_string());
+    EXPECT_TRUE(e["error"]["type"].is_string());
+    EXPECT_EQ(e["error"]["code"], c.status);
+    if (c.param == nullptr) {
+      EXPECT_TRUE(e["error"]["param"].is_null()) << body;
+    } else {
+      EXPECT_EQ(e["error"]["param"], c.param) << body;
+    }
+  }
+  // Still serving.
+  EXPECT_EQ(PostJson("/v1/completions", {{"prompt", kPrompt}, {"max_tokens", 2}})["choices"].size(),
+            1u);
+}
+
+TEST_F(ServerTest, ApiKey) {
+  const std::string body = json{{"prompt", kPrompt}, {"max_tokens", 2}}.dump();
+  EXPECT_EQ(Post("/v1/completions", body, /*with_key=*/false).first, 401);
+  httplib::Client wrong("127.0.0.1", port_);
+  wrong.set_bearer_token_auth("nope");
+  auto r = wrong.Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  EXPECT_EQ(json::parse(r->body)["error"], "Unauthorized");
+  auto models = Client(false).Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 401);
+  // Outside /v1 no key is needed.
+  auto health = Client(false).Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(Post("/v1/completions", body).first, 200);
+}
+
+TEST_F(ServerTest, OversizedBodyIs413) {
+  const std::string body =
+      "{\"prompt\": \"" + std::string(17 << 20, 'a') + "\", \"max_tokens\": 1}";
+  const auto [status, text] = Post("/v1/completions", body);
+  EXPECT_EQ(status, 413);
+  EXPECT_EQ(json::parse(text)["error"]["code"], 413) << text;
+  EXPECT_EQ(Post("/v1/completions", json{{"prompt", kPrompt}, {"max_tokens", 1}}.dump()).first,
+            200);
+}
+
+TEST_F(ServerTest, ClientDisconnectAbortsTheRequest) {
+  httplib::Client c = Client();
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.headers = {{"Authorization", std::string("Bearer ") + kApiKey}};
+  req.set_header("Content-Type", "application/json");
+  req.body =
+      json{{"prompt", kPrompt}, {"max_tokens", 240}, {"ignore_eos", true}, {"stream", true}}.dump();
+  std::string received;
+  // Returning false after the first chunk makes the client give up and close the connection.
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    received.append(data, n);
+    return false;
+  };
+  httplib::Response res;
+  httplib::Error error;
+  c.send(req, res, error);
+  EXPECT_NE(received.find("data: "), std::string::npos);
+  // The server notices on its next write and aborts; it stays healthy.
+  bool aborted = false;
+  for (int i = 0; i < 100 && !aborted; ++i) {
+    aborted = e2e::ReadFile(*dir_ / "serve.err").find("client gone") != std::string::npos;
+    if (!aborted) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(aborted) << e2e::ReadFile(*dir_ / "serve.err");
+  auto health = Client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(PostJson("/v1/completions",
+                     {{"prompt", kPrompt}, {"max_tokens", 3}})["usage"]["completion_tokens"],
+            3);
+}
+
+}  // namespace
+}  // namespace moeserve
