@@ -64,7 +64,7 @@ std::shared_ptr<Channel> EngineLoop::Submit(std::vector<int32_t> prompt,
       channel->Fail(Unimplemented("the server is shutting down or its engine failed"));
       return channel;
     }
-    submissions_.push_back({channel, std::move(prompt), std::move(choices)});
+    submissions_.push_back({channel, Clock::now(), std::move(prompt), std::move(choices)});
   }
   cv_.notify_one();
   return channel;
@@ -112,6 +112,7 @@ void EngineLoop::Run() {
     }
     for (Submission& s : submissions) AddSubmission(s);
     for (const AbortOrder& a : aborts) ApplyAbort(a);
+    if (!submissions.empty() || !aborts.empty()) SampleGauges();
     if (stop) {
       // Graceful shutdown: every request in flight ends as aborted, its handler returns.
       std::vector<int64_t> ids;
@@ -125,6 +126,8 @@ void EngineLoop::Run() {
     }
     if (!healthy_ || !engine_->HasUnfinished()) continue;
 
+    // Queue time ends when a request is first scheduled: at the start of that step.
+    const Clock::time_point step_start = Clock::now();
     const std::vector<engine::Request*>& updated = engine_->Step();
     const engine::SchedulerOutput& out = engine_->last_schedule();
     if (out.scheduled.empty() && out.preempted_ids.empty()) {
@@ -135,11 +138,26 @@ void EngineLoop::Run() {
       FailAll(Internal("the engine failed"));
       continue;
     }
+    metrics_.AddPreemptions(static_cast<int64_t>(out.preempted_ids.size()));
+    for (const engine::ScheduledRequest& sr : out.scheduled) {
+      auto it = live_.find(sr.request->id);
+      if (it == live_.end() || it->second.scheduled) continue;
+      it->second.scheduled = true;
+      metrics_.ObserveQueueTime(
+          std::chrono::duration<double>(step_start - it->second.arrival).count());
+    }
     std::vector<int64_t> ids;
     ids.reserve(updated.size());
     for (const engine::Request* r : updated) ids.push_back(r->id);
     for (int64_t id : ids) Publish(id);
+    SampleGauges();
   }
+}
+
+void EngineLoop::SampleGauges() {
+  const engine::KvCacheManager& cache = engine_->cache_manager();
+  metrics_.SetGauges(engine_->num_running(), engine_->num_waiting(), engine_->kv_cache_usage(),
+                     cache.prefix_cache_queries(), cache.prefix_cache_hits());
 }
 
 void EngineLoop::AddSubmission(Submission& s) {
@@ -159,7 +177,7 @@ void EngineLoop::AddSubmission(Submission& s) {
       return;
     }
     ids.push_back(*id);
-    live_[*id] = Live{s.channel, c, 0};
+    live_[*id] = Live{s.channel, c, 0, s.arrival, s.arrival, false};
   }
 }
 
@@ -183,6 +201,18 @@ void EngineLoop::Publish(int64_t id) {
   if (r != nullptr) {
     const size_t total = r->output_token_ids.size();
     if (total > live.sent) {
+      const Clock::time_point now = Clock::now();
+      const auto seconds = [](Clock::duration d) {
+        return std::chrono::duration<double>(d).count();
+      };
+      if (live.sent == 0) {
+        metrics_.ObserveFirstToken(seconds(now - live.arrival),
+                                   static_cast<int64_t>(r->prompt_token_ids.size()));
+      } else {
+        metrics_.ObserveInterToken(seconds(now - live.last_token));
+      }
+      metrics_.AddGenerationTokens(static_cast<int64_t>(total - live.sent));
+      live.last_token = now;
       std::span<const engine::SampledToken> logprobs;
       if (r->output_logprobs.size() >= total) {
         logprobs = std::span(r->output_logprobs).subspan(live.sent, total - live.sent);
@@ -194,6 +224,8 @@ void EngineLoop::Publish(int64_t id) {
     }
   }
   if (r != nullptr && !r->finished()) return;
+  metrics_.ObserveFinished(r != nullptr ? r->finish_reason : engine::FinishReason::kAbort,
+                           std::chrono::duration<double>(Clock::now() - live.arrival).count());
   live.channel->Finish(live.choice, r != nullptr ? r->finish_reason : engine::FinishReason::kAbort);
   // The channel's bookkeeping goes with its last request.
   auto ids = ids_of_.find(live.channel.get());

@@ -21,6 +21,7 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
+#include "server/metrics.h"
 
 namespace moeserve::server {
 
@@ -79,10 +80,14 @@ class EngineLoop {
   // False after an engine step failed: the engine is dead, as vLLM's EngineDeadError.
   bool healthy() const { return healthy_.load(); }
   const engine::EngineLayout& layout() const { return engine_->layout(); }
+  // GET /metrics' numbers, recorded by the loop thread (thread-safe to render).
+  const Metrics& metrics() const { return metrics_; }
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct Submission {
     std::shared_ptr<Channel> channel;
+    Clock::time_point arrival;
     std::vector<int32_t> prompt;
     std::vector<engine::SamplingParams> choices;
   };
@@ -96,6 +101,9 @@ class EngineLoop {
     std::shared_ptr<Channel> channel;
     size_t choice = 0;
     size_t sent = 0;
+    Clock::time_point arrival;     // the HTTP handler's Submit
+    Clock::time_point last_token;  // when the latest tokens went out
+    bool scheduled = false;        // first scheduled yet (queue time recorded)
   };
 
   void Run();
@@ -104,9 +112,12 @@ class EngineLoop {
   // Publishes the new tokens of request `id`; on its end, finishes the choice and releases it.
   void Publish(int64_t id);
   void FailAll(const Status& status);
+  // Samples the engine's gauges and prefix-cache counters into metrics_.
+  void SampleGauges();
 
   std::unique_ptr<engine::Engine> engine_;
   std::atomic<bool> healthy_{true};
+  Metrics metrics_;
 
   std::mutex mu_;  // guards the queues and stop_
   std::condition_variable cv_;

@@ -331,6 +331,13 @@ struct HttpServer::Impl {
       EngineLoop* l = loop.load();
       res.status = l != nullptr && l->healthy() ? 200 : 503;
     });
+    // vLLM's Prometheus endpoint: outside /v1, so no API key.
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      EngineLoop* l = loop.load();
+      res.status = 200;
+      res.set_content(l != nullptr ? l->metrics().Render(options.served_model_name) : "",
+                      "text/plain; version=0.0.4; charset=utf-8");
+    });
     http.Get("/version", [](const httplib::Request&, httplib::Response& res) {
       SendJson(res, {{"version", MOESERVE_VERSION}});
     });

@@ -13,9 +13,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -499,6 +503,137 @@ TEST_F(ServerTest, OversizedBodyIs413) {
   EXPECT_EQ(json::parse(text)["error"]["code"], 413) << text;
   EXPECT_EQ(Post("/v1/completions", json{{"prompt", kPrompt}, {"max_tokens", 1}}.dump()).first,
             200);
+}
+
+// A /metrics scrape: each sample line "name{labels} value", keyed by "name{labels}".
+std::map<std::string, double> ParseMetrics(const std::string& text) {
+  std::map<std::string, double> samples;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    if (line[0] == '#') {
+      EXPECT_TRUE(line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) << line;
+      continue;
+    }
+    const size_t close = line.rfind('}');
+    const size_t space = line.rfind(' ');
+    EXPECT_TRUE(close != std::string::npos && line.find('{') != std::string::npos &&
+                space == close + 1 && space + 1 < line.size())
+        << line;
+    if (space == std::string::npos) continue;
+    const std::string key = line.substr(0, space);
+    EXPECT_EQ(samples.count(key), 0u) << "duplicate sample " << key;
+    EXPECT_NE(key.find("model_name=\"tiny\""), std::string::npos) << line;
+    EXPECT_NE(key.find("engine=\"0\""), std::string::npos) << line;
+    samples[key] = std::stod(line.substr(space + 1));
+  }
+  return samples;
+}
+
+// The value of metric `name` whose labels contain `label` ("" any), or -1 if none.
+double Sample(const std::map<std::string, double>& m, const std::string& name,
+              const std::string& label = "") {
+  for (const auto& [key, value] : m) {
+    if (key.rfind(name + "{", 0) == 0 && key.find(label) != std::string::npos) return value;
+  }
+  return -1;
+}
+
+// Checks every histogram: cumulative buckets never decrease, le="+Inf" equals _count.
+void CheckHistograms(const std::map<std::string, double>& m) {
+  for (const char* h : {"vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+                        "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds"}) {
+    const std::string bucket = std::string(h) + "_bucket{";
+    std::vector<std::pair<double, double>> buckets;  // (le, count)
+    for (const auto& [key, value] : m) {
+      if (key.rfind(bucket, 0) != 0) continue;
+      const size_t le = key.find("le=\"");
+      ASSERT_NE(le, std::string::npos) << key;
+      const std::string bound = key.substr(le + 4, key.find('"', le + 4) - le - 4);
+      buckets.emplace_back(bound == "+Inf" ? INFINITY : std::stod(bound), value);
+    }
+    ASSERT_GE(buckets.size(), 2u) << h;
+    std::sort(buckets.begin(), buckets.end());
+    for (size_t i = 1; i < buckets.size(); ++i)
+      EXPECT_LE(buckets[i - 1].second, buckets[i].second) << h;
+    EXPECT_EQ(buckets.back().first, INFINITY) << h;
+    EXPECT_EQ(buckets.back().second, Sample(m, std::string(h) + "_count")) << h;
+    EXPECT_GE(Sample(m, std::string(h) + "_sum"), 0) << h;
+  }
+}
+
+TEST_F(ServerTest, PrometheusMetrics) {
+  // No API key: /metrics is outside /v1, as vLLM's.
+  const auto scrape = [] {
+    auto r = Client(/*with_key=*/false).Get("/metrics");
+    EXPECT_TRUE(r);
+    if (!r) return std::map<std::string, double>();
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->get_header_value("Content-Type").rfind("text/plain; version=0.0.4", 0), 0u)
+        << r->get_header_value("Content-Type");
+    return ParseMetrics(r->body);
+  };
+  const std::map<std::string, double> before = scrape();
+  CheckHistograms(before);
+
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  // Non-stream, hitting max_tokens.
+  const json whole =
+      PostJson("/v1/completions", {{"prompt", kPrompt}, {"max_tokens", 5}, {"ignore_eos", true}});
+  prompt_tokens += whole["usage"]["prompt_tokens"].get<int64_t>();
+  completion_tokens += whole["usage"]["completion_tokens"].get<int64_t>();
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "length");
+  // Stream with usage.
+  const auto [status, body] =
+      Post("/v1/completions", json{{"prompt", "Once upon a time"},
+                                   {"max_tokens", 7},
+                                   {"stream", true},
+                                   {"stream_options", {{"include_usage", true}}}}
+                                  .dump());
+  ASSERT_EQ(status, 200) << body;
+  const std::vector<std::string> events = SseData(body);
+  ASSERT_GE(events.size(), 2u);
+  const json usage = json::parse(events[events.size() - 2])["usage"];
+  prompt_tokens += usage["prompt_tokens"].get<int64_t>();
+  completion_tokens += usage["completion_tokens"].get<int64_t>();
+  // A chat.
+  const json chat =
+      PostJson("/v1/chat/completions",
+               {{"messages", {{{"role", "user"}, {"content", "Hello"}}}}, {"max_tokens", 4}});
+  prompt_tokens += chat["usage"]["prompt_tokens"].get<int64_t>();
+  completion_tokens += chat["usage"]["completion_tokens"].get<int64_t>();
+
+  // The loop samples its gauges right after the step that ends the last request; allow it a
+  // moment past the response.
+  std::map<std::string, double> after = scrape();
+  for (int i = 0; i < 50 && Sample(after, "vllm:num_requests_running") != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    after = scrape();
+  }
+  CheckHistograms(after);
+  EXPECT_EQ(Sample(after, "vllm:num_requests_running"), 0);
+  EXPECT_EQ(Sample(after, "vllm:num_requests_waiting"), 0);
+  EXPECT_EQ(Sample(after, "vllm:kv_cache_usage_perc"), 0);
+  const auto delta = [&](const std::string& name, const std::string& label = "") {
+    return Sample(after, name, label) - Sample(before, name, label);
+  };
+  EXPECT_EQ(delta("vllm:prompt_tokens_total"), prompt_tokens);
+  EXPECT_EQ(delta("vllm:generation_tokens_total"), completion_tokens);
+  EXPECT_GE(delta("vllm:request_success_total", "finished_reason=\"length\""), 1);
+  double finished = 0;
+  for (const char* reason : {"stop", "length", "abort"}) {
+    finished += delta("vllm:request_success_total", fmt::format("finished_reason=\"{}\"", reason));
+  }
+  EXPECT_EQ(finished, 3);
+  EXPECT_EQ(delta("vllm:time_to_first_token_seconds_count"), 3);
+  EXPECT_EQ(delta("vllm:e2e_request_latency_seconds_count"), 3);
+  EXPECT_EQ(delta("vllm:request_queue_time_seconds_count"), 3);
+  EXPECT_EQ(delta("vllm:inter_token_latency_seconds_count"), completion_tokens - 3);
+  EXPECT_GE(delta("vllm:prefix_cache_queries_total"), 0);
+  EXPECT_GE(Sample(after, "vllm:prefix_cache_queries_total"),
+            Sample(after, "vllm:prefix_cache_hits_total"));
+  EXPECT_GE(Sample(after, "vllm:num_preemptions_total"), 0);
 }
 
 TEST_F(ServerTest, ClientDisconnectAbortsTheRequest) {
