@@ -31,13 +31,6 @@ struct Options {
   bool max_num_seqs_given = false;  // --max-num-seqs was on the command line
 };
 
-// A bad flag value (one the engine rejects included) is a usage error; anything else a runtime
-// failure.
-int ErrorExit(const Status& s) {
-  return s.code() == StatusCode::kInvalidArgument ? UsageError(kCommand, s)
-                                                  : RuntimeError(kCommand, s);
-}
-
 struct RunResult {
   int64_t batch_size, input_len, output_len;
   double prefill_tok_s, tpot_ms, decode_tok_s, roofline_tok_s, roofline_ratio;
@@ -163,12 +156,15 @@ int Run(const Options& o) {
   if (Result<RunResult> warm =
           RunBatch(lm, config_for(1), 1, std::min<int64_t>(o.input_len, 16), 4, o.seed);
       !warm.ok()) {
-    return ErrorExit(warm.status());
+    return InputOrRuntimeError(kCommand, warm.status());
   }
   std::vector<RunResult> runs;
   for (int32_t b : *batches) {
     Result<RunResult> run = RunBatch(lm, config_for(b), b, o.input_len, o.output_len, o.seed);
-    if (!run.ok()) return ErrorExit(run.status().WithContext(fmt::format("batch size {}", b)));
+    if (!run.ok()) {
+      return InputOrRuntimeError(kCommand,
+                                 run.status().WithContext(fmt::format("batch size {}", b)));
+    }
     run->roofline_tok_s = roofline;
     run->roofline_ratio = run->decode_tok_s / roofline;
     runs.push_back(*run);

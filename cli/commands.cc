@@ -30,4 +30,9 @@ int RuntimeError(const std::string& command, const Status& status) {
   return 1;
 }
 
+int InputOrRuntimeError(const std::string& command, const Status& status) {
+  return status.code() == StatusCode::kInvalidArgument ? UsageError(command, status)
+                                                       : RuntimeError(command, status);
+}
+
 }  // namespace moeserve::cli

@@ -31,5 +31,8 @@ std::optional<int> ParseFlags(FlagSet& flags, const std::vector<std::string>& ar
 // Print "moeserve <command>: <message>" on stderr and return the exit code.
 int UsageError(const std::string& command, const Status& status);    // 2
 int RuntimeError(const std::string& command, const Status& status);  // 1
+// A bad input (InvalidArgument: a flag, a request line, a value the engine rejects) is a usage
+// error; anything else a runtime failure.
+int InputOrRuntimeError(const std::string& command, const Status& status);
 
 }  // namespace moeserve::cli

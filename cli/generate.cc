@@ -67,13 +67,6 @@ struct Options {
   bool max_num_seqs_given = false;  // --max-num-seqs was on the command line
 };
 
-// An error in the user's input (a flag, a prompts-file line) is a usage error; anything else --
-// a file that cannot be read, a model folder without a tokenizer -- a runtime failure.
-int ErrorExit(const Status& s) {
-  return s.code() == StatusCode::kInvalidArgument ? UsageError(kCommand, s)
-                                                  : RuntimeError(kCommand, s);
-}
-
 // ---- Sampling parameters ----
 
 // The flag of a sampling key: --key-with-dashes.
@@ -456,11 +449,11 @@ int Run(const Options& o, const engine::SamplingParams& defaults) {
   std::vector<RequestSpec> specs;
   if (from_file) {
     Result<std::vector<RequestSpec>> read = ReadPromptsFile(o.prompts_file, ctx, defaults);
-    if (!read.ok()) return ErrorExit(read.status());
+    if (!read.ok()) return InputOrRuntimeError(kCommand, read.status());
     specs = std::move(*read);
   } else {
     Result<RequestSpec> single = SinglePrompt(o, ctx, defaults);
-    if (!single.ok()) return ErrorExit(single.status());
+    if (!single.ok()) return InputOrRuntimeError(kCommand, single.status());
     specs.push_back(std::move(*single));
   }
   int64_t num_requests = 0;  // engine requests: a request's n choices each
@@ -505,7 +498,7 @@ int Run(const Options& o, const engine::SamplingParams& defaults) {
   double wall_ms = 0;
   Result<std::vector<RequestResult>> results =
       RunRequests(**engine, specs, ctx.tok, dump->get(), cb, &wall_ms);
-  if (!results.ok()) return ErrorExit(results.status());
+  if (!results.ok()) return InputOrRuntimeError(kCommand, results.status());
   if (*dump && !(*dump)->status().ok()) return RuntimeError(kCommand, (*dump)->status());
 
   if (o.json) {

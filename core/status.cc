@@ -11,6 +11,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kUnimplemented: return "unimplemented";
     case StatusCode::kInternal: return "internal error";
     case StatusCode::kIoError: return "I/O error";
+    case StatusCode::kUnavailable: return "unavailable";
   }
   return "unknown";
 }

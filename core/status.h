@@ -18,6 +18,7 @@ enum class StatusCode {
   kUnimplemented,     // a valid input this build does not support
   kInternal,          // a broken promise inside moeserve
   kIoError,           // the operating system refused (open, mmap, write)
+  kUnavailable,       // cannot serve now (shutting down, engine failed); may work later
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -58,6 +59,10 @@ Status OutOfRange(fmt::format_string<Args...> f, Args&&... args) {
 template <typename... Args>
 Status Unimplemented(fmt::format_string<Args...> f, Args&&... args) {
   return Status(StatusCode::kUnimplemented, fmt::format(f, std::forward<Args>(args)...));
+}
+template <typename... Args>
+Status Unavailable(fmt::format_string<Args...> f, Args&&... args) {
+  return Status(StatusCode::kUnavailable, fmt::format(f, std::forward<Args>(args)...));
 }
 template <typename... Args>
 Status Internal(fmt::format_string<Args...> f, Args&&... args) {

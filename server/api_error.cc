@@ -45,7 +45,7 @@ ApiError ToApiError(const Status& status) {
       return {400, status.message(), ParamOf(status.message())};
     case StatusCode::kNotFound:
       return {404, status.message(), "model"};
-    case StatusCode::kUnimplemented:
+    case StatusCode::kUnavailable:
       return {503, status.message(), ""};
     default:
       return {500, status.message(), ""};

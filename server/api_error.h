@@ -19,8 +19,8 @@ struct ApiError {
 
 // vLLM's mapping: bad input (InvalidArgument, OutOfRange) -> 400 with the parameter the message
 // names; NotFound -> 404 (the only NotFound a request can cause is an unknown model); the rest
-// -> 500, except Unimplemented -> 503: the engine loop refuses work with it once it is stopping
-// or dead (StatusCode has no "unavailable").
+// -> 500, except Unavailable -> 503: the engine loop refuses work with it once it is stopping
+// or dead.
 ApiError ToApiError(const Status& status);
 
 // The reason phrase vLLM uses as "type" (400 -> "BadRequestError", ...).

@@ -61,7 +61,7 @@ std::shared_ptr<Channel> EngineLoop::Submit(std::vector<int32_t> prompt,
   {
     std::lock_guard lock(mu_);
     if (stop_ || !healthy_) {
-      channel->Fail(Unimplemented("the server is shutting down or its engine failed"));
+      channel->Fail(Unavailable("the server is shutting down or its engine failed"));
       return channel;
     }
     submissions_.push_back({channel, Clock::now(), std::move(prompt), std::move(choices)});
@@ -121,7 +121,7 @@ void EngineLoop::Run() {
         engine_->Abort(id);
         Publish(id);
       }
-      FailAll(Unimplemented("the server is shutting down"));
+      FailAll(Unavailable("the server is shutting down"));
       return;
     }
     if (!healthy_ || !engine_->HasUnfinished()) continue;
