@@ -246,12 +246,15 @@ int RunBench(const std::vector<std::string>& args) {
   if (!args.empty() && args[0] == "latency") {
     return RunLatency(std::vector<std::string>(args.begin() + 1, args.end()));
   }
+  if (!args.empty() && args[0] == "serve") {
+    return RunBenchServe(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
   if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
-    std::puts("usage: moeserve bench latency [flags]   (see --help of it)");
+    std::puts("usage: moeserve bench latency|serve [flags]   (see --help of each)");
     return 0;
   }
-  return UsageError(
-      "bench", InvalidArgument("expected 'bench latency' (got '{}')", args.empty() ? "" : args[0]));
+  return UsageError("bench", InvalidArgument("expected 'bench latency' or 'bench serve' (got '{}')",
+                                             args.empty() ? "" : args[0]));
 }
 
 }  // namespace moeserve::cli

@@ -17,6 +17,8 @@ int RunLogits(const std::vector<std::string>& args);
 int RunGenerate(const std::vector<std::string>& args);
 int RunServe(const std::vector<std::string>& args);
 int RunBench(const std::vector<std::string>& args);
+int RunBenchServe(const std::vector<std::string>& args);  // bench serve
+int RunChat(const std::vector<std::string>& args);
 int RunTokenize(const std::vector<std::string>& args);
 int RunDetokenize(const std::vector<std::string>& args);
 

@@ -25,8 +25,11 @@ constexpr Subcommand kSubcommands[] = {
     {"tokenize", "text to token ids (and chats rendered with the chat template)", &RunTokenize},
     {"detokenize", "token ids to text", &RunDetokenize},
     {"generate", "greedy generation for one prompt (text or token ids)", &RunGenerate},
+    {"chat", "interactive chat in the terminal (the model's chat template)", &RunChat},
     {"serve", "OpenAI-compatible HTTP server (vLLM's API) over the engine", &RunServe},
-    {"bench", "benchmarks: 'bench latency' (in-process decode / prefill vs the roofline)",
+    {"bench",
+     "benchmarks: 'bench latency' (in-process decode / prefill vs the roofline) and\n"
+     "               'bench serve' (load generator against an OpenAI-compatible server)",
      &RunBench},
 };
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "tests/run_binary.h"
+#include "tests/server_process.h"
 
 namespace moeserve {
 namespace {
@@ -34,20 +35,6 @@ using nlohmann::json;
 
 constexpr char kApiKey[] = "test-key";
 constexpr int kMaxModelLen = 256;
-
-// A port nobody listens on now (the kernel's pick; free again once closed).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // The "data: " payloads of an SSE body, in order.
 std::vector<std::string> SseData(const std::string& body) {
@@ -72,37 +59,20 @@ class ServerTest : public ::testing::Test {
         *dir_ / "make_model.err");
     ASSERT_EQ(made.exit_code, 0) << made.err;
 
-    port_ = FreePort();
-    pid_ = fork();
-    if (pid_ == 0) {
-      const std::string log = (*dir_ / "serve.err").string();
-      freopen(log.c_str(), "w", stderr);
-      const std::string port = std::to_string(port_);
-      const std::string max_len = std::to_string(kMaxModelLen);
-      execl(MOESERVE_BINARY, MOESERVE_BINARY, "serve", "--model", Model().c_str(), "--port",
-            port.c_str(), "--max-model-len", max_len.c_str(), "--api-key", kApiKey,
-            "--served-model-name", "tiny", static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    // Ready when /health says 200 (503 while the weights load; refused before the bind).
-    httplib::Client c("127.0.0.1", port_);
-    for (int i = 0; i < 600; ++i) {
-      if (auto r = c.Get("/health"); r && r->status == 200) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    FAIL() << "the server did not become healthy: " << e2e::ReadFile(*dir_ / "serve.err");
+    server_ =
+        new e2e::ServerProcess({"--model", Model(), "--max-model-len", std::to_string(kMaxModelLen),
+                                "--api-key", kApiKey, "--served-model-name", "tiny"},
+                               *dir_ / "serve.err");
+    port_ = server_->port();
+    ASSERT_TRUE(server_->ok()) << "the server did not become healthy: " << server_->log();
   }
 
   static void TearDownTestSuite() {
-    if (pid_ > 0) {
+    if (server_ != nullptr) {
       // Graceful shutdown: SIGTERM ends the server with exit code 0.
-      kill(pid_, SIGTERM);
-      int status = 0;
-      waitpid(pid_, &status, 0);
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        ADD_FAILURE() << "serve did not exit 0 on SIGTERM: " << status << "\n"
-                      << e2e::ReadFile(*dir_ / "serve.err");
-      }
+      const int exit_code = server_->Stop();
+      EXPECT_EQ(exit_code, 0) << "serve did not exit 0 on SIGTERM:\n" << server_->log();
+      delete server_;
     }
     fs::remove_all(*dir_);
     delete dir_;
@@ -136,9 +106,9 @@ class ServerTest : public ::testing::Test {
   static json Generate(const std::vector<int32_t>& ids, int max_tokens) {
     std::string joined;
     for (int32_t id : ids) {
-    if (!joined.empty()) joined += ',';
-    joined += std::to_string(id);
-  }
+      if (!joined.empty()) joined += ',';
+      joined += std::to_string(id);
+    }
     const e2e::CommandResult r = e2e::RunMoeserve(
         fmt::format("generate --model {} --token-ids {} --max-tokens {} --ignore-eos --json",
                     Model(), joined, max_tokens),
@@ -149,12 +119,12 @@ class ServerTest : public ::testing::Test {
 
   static fs::path* dir_;
   static int port_;
-  static pid_t pid_;
+  static e2e::ServerProcess* server_;
 };
 
 fs::path* ServerTest::dir_ = nullptr;
 int ServerTest::port_ = 0;
-pid_t ServerTest::pid_ = -1;
+e2e::ServerProcess* ServerTest::server_ = nullptr;
 
 const std::vector<int32_t> kPrompt = {5, 17, 42, 99, 3, 250, 7};
 

@@ -1,0 +1,2 @@
+// Being written (issue 7).
+#include <gtest/gtest.h>
