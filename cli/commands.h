@@ -19,6 +19,7 @@ int RunServe(const std::vector<std::string>& args);
 int RunBench(const std::vector<std::string>& args);
 int RunBenchServe(const std::vector<std::string>& args);  // bench serve
 int RunChat(const std::vector<std::string>& args);
+int RunTrainTokenizer(const std::vector<std::string>& args);
 int RunTokenize(const std::vector<std::string>& args);
 int RunDetokenize(const std::vector<std::string>& args);
 

@@ -18,6 +18,8 @@ struct Subcommand {
 constexpr Subcommand kSubcommands[] = {
     {"make-model", "write a model folder with random weights (HF layout) for tests and benchmarks",
      &RunMakeModel},
+    {"train-tokenizer", "train a byte-level BPE tokenizer on a text file (HF tokenizer files)",
+     &RunTrainTokenizer},
     {"inspect", "print a model's architecture, parameter counts and roofline decode rate",
      &RunInspect},
     {"logits", "run token ids through a model and write the logits (and MTP draft logits)",
@@ -39,7 +41,7 @@ void PrintUsage(std::FILE* out) {
                "An inference and serving engine for hybrid Mixture-of-Experts language models.\n\n"
                "subcommands:\n");
   for (const Subcommand& s : kSubcommands) {
-    std::fprintf(out, "  %-12.*s %.*s\n", static_cast<int>(s.name.size()), s.name.data(),
+    std::fprintf(out, "  %-16.*s %.*s\n", static_cast<int>(s.name.size()), s.name.data(),
                  static_cast<int>(s.summary.size()), s.summary.data());
   }
   std::fprintf(out, "\n'moeserve <subcommand> --help' lists a subcommand's flags.\n");
