@@ -31,7 +31,7 @@ constexpr Subcommand kSubcommands[] = {
     {"serve", "OpenAI-compatible HTTP server (vLLM's API) over the engine", &RunServe},
     {"bench",
      "benchmarks: 'bench latency' (in-process decode / prefill vs the roofline) and\n"
-     "               'bench serve' (load generator against an OpenAI-compatible server)",
+     "                   'bench serve' (load generator against an OpenAI-compatible server)",
      &RunBench},
 };
 
