@@ -642,3 +642,102 @@ TEST_F(ServerTest, ClientDisconnectAbortsTheRequest) {
 
 }  // namespace
 }  // namespace moeserve
+
+namespace moeserve {
+namespace {
+
+// The load case: 32 concurrent streams, 8 of which disconnect midway. The other 24 give
+// exactly what they give alone; afterwards nothing runs and every KV block is free again.
+TEST_F(ServerTest, ThirtyTwoStreamsEightDisconnect) {
+  constexpr int kStreams = 32;
+  const auto request = [](int i) {
+    std::vector<int32_t> prompt = kPrompt;
+    prompt[0] = 100 + i;
+    prompt.push_back(i);
+    const bool quits = i % 4 == 3;  // 8 of 32
+    return json{{"prompt", prompt},
+                {"max_tokens", quits ? 200 : 12 + i % 5},
+                {"temperature", 0},
+                {"ignore_eos", true},
+                {"stream", true}};
+  };
+  const auto text_of = [](const std::string& body) {
+    std::string text;
+    for (const std::string& e : SseData(body)) {
+      if (e != "[DONE]") text += json::parse(e)["choices"][0]["text"].get<std::string>();
+    }
+    return text;
+  };
+  std::vector<std::string> alone(kStreams);
+  for (int i = 0; i < kStreams; ++i) {
+    if (i % 4 == 3) continue;
+    const auto [status, body] = Post("/v1/completions", request(i).dump());
+    ASSERT_EQ(status, 200) << body;
+    alone[i] = text_of(body);
+  }
+
+  const auto aborted = [] {
+    auto r = Client(false).Get("/metrics");
+    return r ? Sample(ParseMetrics(r->body), "vllm:request_success_total",
+                      "finished_reason=\"abort\"")
+             : -1.0;
+  };
+  const double aborted_before = aborted();
+  std::vector<std::string> together(kStreams);
+  std::vector<int> events_seen(kStreams, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kStreams; ++i) {
+    threads.emplace_back([&, i] {
+      httplib::Client c = Client();
+      httplib::Request req;
+      req.method = "POST";
+      req.path = "/v1/completions";
+      req.headers = {{"Authorization", std::string("Bearer ") + kApiKey}};
+      req.set_header("Content-Type", "application/json");
+      req.body = request(i).dump();
+      std::string body;
+      // A quitter hangs up after its third event: the server sees it on its next write.
+      req.content_receiver = [&, i](const char* data, size_t n, uint64_t, uint64_t) {
+        body.append(data, n);
+        events_seen[i] = static_cast<int>(SseData(body).size());
+        return !(i % 4 == 3 && events_seen[i] >= 3);
+      };
+      httplib::Response res;
+      httplib::Error error;
+      c.send(req, res, error);
+      together[i] = body;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kStreams; ++i) {
+    if (i % 4 == 3) {
+      EXPECT_GE(events_seen[i], 3) << i;
+      EXPECT_EQ(together[i].find("[DONE]"), std::string::npos) << "stream " << i << " completed";
+      continue;
+    }
+    EXPECT_EQ(text_of(together[i]), alone[i]) << "stream " << i;
+    EXPECT_NE(together[i].find("data: [DONE]"), std::string::npos) << i;
+  }
+
+  // The aborts land on the server's next write; poll /metrics until they have.
+  std::map<std::string, double> m;
+  for (int tries = 0; tries < 100; ++tries) {
+    auto r = Client(false).Get("/metrics");
+    ASSERT_TRUE(r);
+    m = ParseMetrics(r->body);
+    if (Sample(m, "vllm:num_requests_running") == 0 && Sample(m, "vllm:kv_cache_usage_perc") == 0)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(Sample(m, "vllm:num_requests_running"), 0);
+  EXPECT_EQ(Sample(m, "vllm:num_requests_waiting"), 0);
+  EXPECT_EQ(Sample(m, "vllm:kv_cache_usage_perc"), 0);
+  EXPECT_EQ(aborted() - aborted_before, 8);
+  // And it still serves.
+  EXPECT_EQ(PostJson("/v1/completions",
+                     {{"prompt", kPrompt}, {"max_tokens", 2}})["usage"]["completion_tokens"],
+            2);
+}
+
+}  // namespace
+}  // namespace moeserve
