@@ -12,6 +12,7 @@ packages=(
   libpcre2-dev libutf8proc-dev            # tokenizer: regex with Unicode properties, NFC
   libcpp-httplib-dev                      # server
   libopenmpi-dev openmpi-bin              # ranks across processes and machines
+  curl                                    # scripts/run.sh: the example request
 )
 
 missing=()

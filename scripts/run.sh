@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds moeserve (Release) and runs the main job on the default model:
-# creates the `small` random model if it is absent, inspects it, and generates a few tokens
-# greedily (token ids: the random model has no meaningful text yet).
+# The main job: installs dependencies, builds moeserve (Release), creates the default model if it
+# is absent, and starts the OpenAI-compatible server on it (http://127.0.0.1:8000, or $PORT).
+# Once the server is ready it sends the printed curl example once, to show it works. Ctrl-C stops
+# the server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,11 +10,32 @@ scripts/install-deps.sh
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$(nproc)"
 
+moeserve=build/release/cli/moeserve
 model=models/small-random
 if [ ! -f "$model/config.json" ]; then
-  build/release/cli/moeserve make-model --arch qwen3_next --preset small --seed 0 --out "$model"
+  "$moeserve" make-model --arch qwen3_next --preset small --seed 0 --out "$model"
 fi
-build/release/cli/moeserve inspect --model "$model"
+port=${PORT:-8000}
+
+"$moeserve" serve --model "$model" --served-model-name default --port "$port" &
+server=$!
+trap 'kill -TERM $server 2>/dev/null; wait $server' INT TERM
+for _ in $(seq 600); do
+  if curl -sf "http://127.0.0.1:$port/health" >/dev/null; then break; fi
+  kill -0 $server 2>/dev/null || { wait $server; exit 1; }
+  sleep 0.2
+done
+
+example="curl http://127.0.0.1:$port/v1/completions -H 'Content-Type: application/json' \\
+  -d '{\"model\": \"default\", \"prompt\": \"The quick brown fox\", \"max_tokens\": 16, \"temperature\": 0}'"
 echo
-echo "greedy generation from token ids 1,2,3:"
-build/release/cli/moeserve generate --model "$model" --token-ids 1,2,3 --max-tokens 32 --ignore-eos
+echo "moeserve is serving $model as \"default\" on http://127.0.0.1:$port (Ctrl-C stops it). Try:"
+echo
+echo "$example"
+echo
+eval "${example/curl /curl -s }"
+echo
+echo
+echo "Chat: the same with /v1/chat/completions and \"messages\"; any OpenAI client works with"
+echo "base URL http://127.0.0.1:$port/v1. moeserve chat / generate / bench serve: see the README."
+wait $server
