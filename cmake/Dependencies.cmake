@@ -11,3 +11,7 @@ pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)   # libpcre2-dev (t
 find_package(MPI COMPONENTS CXX)                # libopenmpi-dev (parallel, optional for now)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)  # libutf8proc-dev (NFC)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # libcpp-httplib-dev (server)
+# httplib's listen backlog is 5: a burst of clients connecting at once (bench serve, 32 streams)
+# overflows it and their connections fail. Every user of the header must agree on the value.
+set_property(TARGET PkgConfig::HTTPLIB APPEND PROPERTY
+             INTERFACE_COMPILE_DEFINITIONS CPPHTTPLIB_LISTEN_BACKLOG=1024)

@@ -150,6 +150,7 @@ void ModelRunner::RecordPromptLogprobs(Request& r, int64_t first_pos,
     if (static_cast<int64_t>(r.prompt_logprobs.size()) != p) continue;
     LogSoftmax(model_.logits() + (rows.first + j) * V, V, logprobs);
     SampledToken entry;
+    entry.token = r.prompt_token_ids[p + 1];
     GatherLogprobs(logprobs, V, *r.params.prompt_logprobs, r.prompt_token_ids[p + 1], &entry);
     r.prompt_logprobs.push_back(std::move(entry));
   }

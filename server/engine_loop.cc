@@ -29,6 +29,16 @@ void Channel::Publish(size_t choice, std::span<const int32_t> tokens,
   cv_.notify_all();
 }
 
+void Channel::PublishPromptLogprobs(size_t choice, std::span<const engine::SampledToken> logprobs) {
+  {
+    std::lock_guard lock(mu_);
+    choices_[choice].prompt_logprobs.assign(logprobs.begin(), logprobs.end());
+    choices_[choice].has_prompt_logprobs = true;
+    news_ = true;
+  }
+  cv_.notify_all();
+}
+
 void Channel::Finish(size_t choice, engine::FinishReason reason) {
   {
     std::lock_guard lock(mu_);
@@ -55,8 +65,7 @@ EngineLoop::EngineLoop(std::unique_ptr<engine::Engine> engine)
 
 EngineLoop::~EngineLoop() { Stop(); }
 
-std::shared_ptr<Channel> EngineLoop::Submit(std::vector<int32_t> prompt,
-                                            std::vector<engine::SamplingParams> choices) {
+std::shared_ptr<Channel> EngineLoop::Submit(std::vector<ChoiceInput> choices) {
   auto channel = std::make_shared<Channel>(choices.size());
   {
     std::lock_guard lock(mu_);
@@ -64,7 +73,7 @@ std::shared_ptr<Channel> EngineLoop::Submit(std::vector<int32_t> prompt,
       channel->Fail(Unavailable("the server is shutting down or its engine failed"));
       return channel;
     }
-    submissions_.push_back({channel, Clock::now(), std::move(prompt), std::move(choices)});
+    submissions_.push_back({channel, Clock::now(), std::move(choices)});
   }
   cv_.notify_one();
   return channel;
@@ -163,7 +172,7 @@ void EngineLoop::SampleGauges() {
 void EngineLoop::AddSubmission(Submission& s) {
   std::vector<int64_t>& ids = ids_of_[s.channel.get()];
   for (size_t c = 0; c < s.choices.size(); ++c) {
-    Result<int64_t> id = engine_->AddRequest(s.prompt, s.choices[c]);
+    Result<int64_t> id = engine_->AddRequest(s.choices[c].prompt, s.choices[c].params);
     if (!id.ok()) {
       // The handler validated already; whatever is left is the engine's word. Choices added
       // before this one are aborted with it.
@@ -177,7 +186,8 @@ void EngineLoop::AddSubmission(Submission& s) {
       return;
     }
     ids.push_back(*id);
-    live_[*id] = Live{s.channel, c, 0, s.arrival, s.arrival, false};
+    live_[*id] =
+        Live{.channel = s.channel, .choice = c, .arrival = s.arrival, .last_token = s.arrival};
   }
 }
 
@@ -198,6 +208,12 @@ void EngineLoop::Publish(int64_t id) {
   if (it == live_.end()) return;
   Live& live = it->second;
   const engine::Request* r = engine_->Find(id);
+  // The prompt's logprobs are complete once the prompt has been computed: with the first token.
+  if (r != nullptr && r->params.prompt_logprobs && !live.prompt_logprobs_sent &&
+      (!r->output_token_ids.empty() || r->finished())) {
+    live.channel->PublishPromptLogprobs(live.choice, r->prompt_logprobs);
+    live.prompt_logprobs_sent = true;
+  }
   if (r != nullptr) {
     const size_t total = r->output_token_ids.size();
     if (total > live.sent) {

@@ -27,13 +27,23 @@ namespace moeserve::server {
 
 // What a choice produced since the last Channel::Wait.
 struct ChoiceUpdate {
+  // The prompt's logprobs (one per prompt token after the first), once, when prompt_logprobs
+  // were asked: with the first tokens, or at the end.
+  std::vector<engine::SampledToken> prompt_logprobs;
+  bool has_prompt_logprobs = false;
   std::vector<int32_t> tokens;
   std::vector<engine::SampledToken> logprobs;  // one per token when logprobs were asked
   bool finished = false;
   engine::FinishReason finish_reason = engine::FinishReason::kNone;
 };
 
-// The outputs of one HTTP request: its n choices (FanOut), written by the loop, read by the
+// One engine request of an HTTP request: a choice (FanOut) of one of its prompts.
+struct ChoiceInput {
+  std::vector<int32_t> prompt;
+  engine::SamplingParams params;
+};
+
+// The outputs of one HTTP request: its choices (n per prompt), written by the loop, read by the
 // handler thread.
 class Channel {
  public:
@@ -46,6 +56,7 @@ class Channel {
   // Loop side.
   void Publish(size_t choice, std::span<const int32_t> tokens,
                std::span<const engine::SampledToken> logprobs);
+  void PublishPromptLogprobs(size_t choice, std::span<const engine::SampledToken> logprobs);
   void Finish(size_t choice, engine::FinishReason reason);
   void Fail(const Status& status);
 
@@ -63,10 +74,9 @@ class EngineLoop {
   explicit EngineLoop(std::unique_ptr<engine::Engine> engine);
   ~EngineLoop();  // Stop()
 
-  // Queues a request: one engine request per element of `choices` (FanOut's output). The
-  // engine's refusal (AddRequest's error) arrives on the channel.
-  std::shared_ptr<Channel> Submit(std::vector<int32_t> prompt,
-                                  std::vector<engine::SamplingParams> choices);
+  // Queues a request: one engine request per element of `choices`. The engine's refusal
+  // (AddRequest's error) arrives on the channel.
+  std::shared_ptr<Channel> Submit(std::vector<ChoiceInput> choices);
   // Ends every unfinished choice of the channel's request (a client gone: kAbort; a stop string
   // found: kStop). Harmless when they have finished.
   void Abort(const std::shared_ptr<Channel>& channel,
@@ -88,8 +98,7 @@ class EngineLoop {
   struct Submission {
     std::shared_ptr<Channel> channel;
     Clock::time_point arrival;
-    std::vector<int32_t> prompt;
-    std::vector<engine::SamplingParams> choices;
+    std::vector<ChoiceInput> choices;
   };
   struct AbortOrder {
     std::shared_ptr<Channel> channel;
@@ -104,6 +113,7 @@ class EngineLoop {
     Clock::time_point arrival;     // the HTTP handler's Submit
     Clock::time_point last_token;  // when the latest tokens went out
     bool scheduled = false;        // first scheduled yet (queue time recorded)
+    bool prompt_logprobs_sent = false;
   };
 
   void Run();

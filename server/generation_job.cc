@@ -6,16 +6,25 @@
 
 namespace moeserve::server {
 
-ChoiceState::ChoiceState(const tokenizer::Tokenizer& tok, const engine::SamplingParams& p)
+ChoiceState::ChoiceState(const tokenizer::Tokenizer& tok, const engine::SamplingParams& p,
+                         size_t prompt_index)
     : detok(tok, {.skip_special_tokens = p.skip_special_tokens,
                   .stop = p.stop,
-                  .include_stop_str_in_output = p.include_stop_str_in_output}) {}
+                  .include_stop_str_in_output = p.include_stop_str_in_output}),
+      prompt(prompt_index) {}
 
 bool GenerationJob::finished() const {
   for (const ChoiceState& c : choices) {
     if (!c.finished) return false;
   }
   return true;
+}
+
+// vLLM counts each prompt once, however many choices it has.
+int64_t GenerationJob::prompt_tokens() const {
+  int64_t n = 0;
+  for (const std::vector<int32_t>& p : prompts) n += static_cast<int64_t>(p.size());
+  return n;
 }
 
 int64_t GenerationJob::completion_tokens() const {
@@ -33,6 +42,10 @@ Status GenerationJob::Pull(std::chrono::milliseconds timeout, std::vector<Delta>
     ChoiceUpdate& u = updates[i];
     Delta& d = (*deltas)[i];
     if (c.finished) continue;
+    if (u.has_prompt_logprobs) {
+      c.prompt_logprobs = std::move(u.prompt_logprobs);
+      c.prompt_logprobs_arrived = d.prompt_logprobs_arrived = true;
+    }
     const bool was_stopped = c.detok.stopped();
     for (size_t t = 0; t < u.tokens.size() && !c.detok.stopped(); ++t) {
       c.tokens.push_back(u.tokens[t]);
@@ -63,6 +76,21 @@ ordered_json GenerationJob::LogprobsJson(const std::vector<engine::SampledToken>
   return CompletionLogprobsJson(*tok, logprobs, text_offset);
 }
 
+ordered_json GenerationJob::CompletionLogprobs(ChoiceState& c,
+                                               const std::vector<engine::SampledToken>& logprobs,
+                                               bool with_prompt) const {
+  if (!request.params.logprobs) return nullptr;
+  if (!with_prompt) return CompletionLogprobsJson(*tok, logprobs, &c.text_offset);
+  ordered_json out =
+      EchoedPromptLogprobsJson(*tok, prompts[c.prompt], c.prompt_logprobs, &c.text_offset);
+  AppendCompletionLogprobs(out, CompletionLogprobsJson(*tok, logprobs, &c.text_offset));
+  return out;
+}
+
+bool GenerationJob::EchoReady(const ChoiceState& c) const {
+  return !request.params.logprobs || c.prompt_logprobs_arrived;
+}
+
 ordered_json GenerationJob::Response() {
   ordered_json out = Envelope(id, chat() ? "chat.completion" : "text_completion", created, model);
   ordered_json choices_json = ordered_json::array();
@@ -73,15 +101,23 @@ ordered_json GenerationJob::Response() {
       choice["message"] = {
           {"role", "assistant"}, {"content", c.text}, {"tool_calls", ordered_json::array()}};
     } else {
-      choice["text"] = c.text;
+      choice["text"] = echo() ? prompt_texts[c.prompt] + c.text : c.text;
     }
-    choice["logprobs"] = LogprobsJson(c.logprobs, &c.text_offset);
+    choice["logprobs"] = chat() ? LogprobsJson(c.logprobs, &c.text_offset)
+                                : CompletionLogprobs(c, c.logprobs, echo());
     choice["finish_reason"] = FinishReasonJson(c.reason);
     choice["stop_reason"] = nullptr;
+    if (request.return_prompt_logprobs && !chat()) {
+      choice["prompt_logprobs"] = PromptLogprobsJson(*tok, c.prompt_logprobs);
+    }
     choices_json.push_back(std::move(choice));
   }
   out["choices"] = std::move(choices_json);
-  out["usage"] = UsageJson(prompt_tokens, completion_tokens());
+  // Chat has one prompt: its logprobs are the response's.
+  if (request.return_prompt_logprobs && chat() && !choices.empty()) {
+    out["prompt_logprobs"] = PromptLogprobsJson(*tok, choices[0].prompt_logprobs);
+  }
+  out["usage"] = UsageJson(prompt_tokens(), completion_tokens());
   return out;
 }
 
@@ -95,14 +131,28 @@ ordered_json GenerationJob::Chunk(size_t i, const Delta& d, bool first) {
     if (first) delta["role"] = "assistant";
     if (first || !d.text.empty()) delta["content"] = d.text;
     choice["delta"] = std::move(delta);
+    choice["logprobs"] =
+        d.logprobs.empty() ? ordered_json(nullptr) : LogprobsJson(d.logprobs, &c.text_offset);
   } else {
-    choice["text"] = d.text;
+    // With echo, the choice's first chunk carries the prompt before the first output.
+    const bool echo_now = echo() && !c.echoed;
+    c.echoed |= echo_now;
+    choice["text"] = echo_now ? prompt_texts[c.prompt] + d.text : d.text;
+    choice["logprobs"] = d.logprobs.empty() && !echo_now
+                             ? ordered_json(nullptr)
+                             : CompletionLogprobs(c, d.logprobs, echo_now);
   }
-  choice["logprobs"] =
-      d.logprobs.empty() ? ordered_json(nullptr) : LogprobsJson(d.logprobs, &c.text_offset);
   choice["finish_reason"] =
       d.finished ? ordered_json(FinishReasonJson(c.reason)) : ordered_json(nullptr);
   if (!chat()) choice["stop_reason"] = nullptr;
+  if (d.prompt_logprobs_arrived && request.return_prompt_logprobs) {
+    const ordered_json prompt_logprobs = PromptLogprobsJson(*tok, c.prompt_logprobs);
+    if (chat()) {
+      out["prompt_logprobs"] = prompt_logprobs;
+    } else {
+      choice["prompt_logprobs"] = prompt_logprobs;
+    }
+  }
   out["choices"] = ordered_json::array({std::move(choice)});
   return out;
 }
@@ -111,7 +161,7 @@ ordered_json GenerationJob::UsageChunk() const {
   ordered_json out =
       Envelope(id, chat() ? "chat.completion.chunk" : "text_completion", created, model);
   out["choices"] = ordered_json::array();
-  out["usage"] = UsageJson(prompt_tokens, completion_tokens());
+  out["usage"] = UsageJson(prompt_tokens(), completion_tokens());
   return out;
 }
 
@@ -133,8 +183,11 @@ std::string GenerationJob::NextEvents(std::chrono::milliseconds timeout) {
   }
   for (size_t i = 0; i < deltas.size(); ++i) {
     const Delta& d = deltas[i];
+    const ChoiceState& c = choices[i];
     // Empty deltas (a prefill step, text held back for a stop string) are not sent.
-    if (!d.text.empty() || !d.logprobs.empty() || d.finished) {
+    if (!d.text.empty() || !d.logprobs.empty() || d.finished ||
+        (d.prompt_logprobs_arrived && request.return_prompt_logprobs) ||
+        (echo() && !c.echoed && EchoReady(c))) {
       events += SseEvent(Chunk(i, d, false));
     }
   }

@@ -19,8 +19,14 @@ namespace moeserve::server {
 
 // A choice's tokens so far and the text they decoded to.
 struct ChoiceState {
-  ChoiceState(const tokenizer::Tokenizer& tok, const engine::SamplingParams& p);
+  ChoiceState(const tokenizer::Tokenizer& tok, const engine::SamplingParams& p,
+              size_t prompt_index);
   tokenizer::IncrementalDetokenizer detok;
+  size_t prompt = 0;  // which of the request's prompts
+  // When the params ask for them (the engine sends them once, with the first tokens).
+  std::vector<engine::SampledToken> prompt_logprobs;
+  bool prompt_logprobs_arrived = false;
+  bool echoed = false;  // stream: the prompt (echo) went out
   std::vector<int32_t> tokens;
   std::vector<engine::SampledToken> logprobs;
   std::string text;
@@ -31,6 +37,7 @@ struct ChoiceState {
 
 // What one Pull added to a choice.
 struct Delta {
+  bool prompt_logprobs_arrived = false;  // this Pull brought the choice's prompt logprobs
   std::string text;
   std::vector<engine::SampledToken> logprobs;
   bool finished = false;  // this Pull finished the choice
@@ -42,15 +49,18 @@ struct GenerationJob {
   int64_t created = 0;
   std::string model;
   GenerationRequest request;
-  int64_t prompt_tokens = 0;
+  // The prompts' ids and, for echo, their text (the request's own, or the ids decoded).
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> prompt_texts;
   EngineLoop* loop = nullptr;
   const tokenizer::Tokenizer* tok = nullptr;
   std::shared_ptr<Channel> channel;
-  std::vector<ChoiceState> choices;  // one per FanOut choice
+  std::vector<ChoiceState> choices;  // n per prompt: choice p * n + j is prompt p's j-th
   bool stream_started = false;
   bool stream_done = false;
 
   bool finished() const;
+  int64_t prompt_tokens() const;
   int64_t completion_tokens() const;
 
   // Waits up to `timeout` for tokens and turns them into text. As `generate` does, the token
@@ -68,8 +78,15 @@ struct GenerationJob {
 
  private:
   bool chat() const { return endpoint == Endpoint::kChat; }
+  bool echo() const { return request.echo && !chat(); }
   ordered_json LogprobsJson(const std::vector<engine::SampledToken>& logprobs,
                             int64_t* text_offset) const;
+  // Completions logprobs of `logprobs` (null when not asked), after the prompt's when
+  // `with_prompt` (echo); offsets continue from the choice's text_offset.
+  ordered_json CompletionLogprobs(ChoiceState& c, const std::vector<engine::SampledToken>& logprobs,
+                                  bool with_prompt) const;
+  // The stream may send choice i's first chunk: with echo, not before its prompt logprobs.
+  bool EchoReady(const ChoiceState& c) const;
   // A stream chunk of choice i: its text delta (chat: the message delta), logprobs and, on the
   // last one, finish_reason.
   ordered_json Chunk(size_t i, const Delta& d, bool first);

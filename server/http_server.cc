@@ -4,8 +4,13 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <ctime>
+#include <deque>
+#include <functional>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -31,6 +36,50 @@ void SendJson(httplib::Response& res, const ordered_json& body) {
   res.status = 200;
   res.set_content(Dump(body), "application/json");
 }
+
+// httplib's own pool has a fixed number of threads, and a connection holds its thread for as long
+// as it lives (a stream for its whole generation, an idle keep-alive until its timeout): with more
+// clients than threads the rest would wait for a thread. Here each connection gets a thread of
+// its own, as an asyncio server gives each request a task; past kMaxThreads connections wait.
+class ThreadPerConnection final : public httplib::TaskQueue {
+ public:
+  static constexpr size_t kMaxThreads = 1024;
+
+  void enqueue(std::function<void()> fn) override {
+    std::lock_guard lock(mu_);
+    if (running_ == kMaxThreads) {
+      waiting_.push_back(std::move(fn));
+      return;
+    }
+    ++running_;
+    std::thread([this, first = std::move(fn)]() mutable {
+      std::function<void()> fn = std::move(first);
+      for (;;) {
+        fn();
+        fn = nullptr;
+        std::lock_guard lock(mu_);
+        if (waiting_.empty()) {
+          if (--running_ == 0) idle_.notify_all();
+          return;  // nothing of *this is touched after the unlock
+        }
+        fn = std::move(waiting_.front());
+        waiting_.pop_front();
+      }
+    }).detach();
+  }
+
+  // Waits for every connection's thread to end (httplib stops them from reading first).
+  void shutdown() override {
+    std::unique_lock lock(mu_);
+    idle_.wait(lock, [&] { return running_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable idle_;
+  size_t running_ = 0;
+  std::deque<std::function<void()>> waiting_;
+};
 
 }  // namespace
 
@@ -115,39 +164,20 @@ struct HttpServer::Impl {
     return ids;
   }
 
-  // The request's prompt ids and engine requests, or the error to send.
-  std::optional<ApiError> Prepare(const json& body, Endpoint endpoint, GenerationRequest* r,
-                                  std::vector<int32_t>* prompt) const {
-    Result<GenerationRequest> parsed = ParseGenerationRequest(body, endpoint);
-    if (!parsed.ok()) return ToApiError(parsed.status());
-    *r = std::move(*parsed);
-    if (Status s = CheckModel(r->model); !s.ok()) return ToApiError(s);
-    if (endpoint == Endpoint::kChat) {
-      Result<std::string> text = RenderChat(r->messages_json, r->tools_json,
-                                            r->add_generation_prompt, r->chat_template_kwargs_json);
-      if (!text.ok()) return ToApiError(text.status());
-      Result<std::vector<int32_t>> ids = Encode(*text, r->add_special_tokens);
-      if (!ids.ok()) return ToApiError(ids.status());
-      *prompt = std::move(*ids);
-    } else if (r->prompt_text) {
-      Result<std::vector<int32_t>> ids = Encode(*r->prompt_text, r->add_special_tokens);
-      if (!ids.ok()) return ToApiError(ids.status());
-      *prompt = std::move(*ids);
-    } else {
-      for (int32_t id : *r->prompt_ids) {
-        if (id >= options.vocab_size) {
-          return ApiError{400,
-                          fmt::format("prompt: token id {} is outside the vocabulary [0, {})", id,
-                                      options.vocab_size),
-                          "prompt"};
-        }
+  // Checks a prompt's ids against the vocabulary and vLLM's context-length limits.
+  std::optional<ApiError> CheckPrompt(const std::vector<int32_t>& prompt,
+                                      const engine::SamplingParams& params) const {
+    if (prompt.empty()) return ApiError{400, "the prompt is empty", "prompt"};
+    for (int32_t id : prompt) {
+      if (id >= options.vocab_size) {
+        return ApiError{400,
+                        fmt::format("prompt: token id {} is outside the vocabulary [0, {})", id,
+                                    options.vocab_size),
+                        "prompt"};
       }
-      *prompt = *r->prompt_ids;
     }
-    if (prompt->empty()) return ApiError{400, "the prompt is empty", "prompt"};
-
-    // vLLM's context-length checks, with its messages.
-    const int64_t len = static_cast<int64_t>(prompt->size());
+    // vLLM's messages.
+    const int64_t len = static_cast<int64_t>(prompt.size());
     const int64_t max_len = max_model_len();
     if (len >= max_len) {
       return ApiError{400,
@@ -157,15 +187,48 @@ struct HttpServer::Impl {
                                   max_len, len),
                       "input_tokens"};
     }
-    if (endpoint == Endpoint::kChat && !r->max_tokens_given) r->params.max_tokens = max_len - len;
-    if (len + r->params.max_tokens > max_len) {
-      return ApiError{
-          400,
-          fmt::format("'max_tokens' is too large: {}. This model's maximum context "
-                      "length is {} tokens and your request has {} input tokens ({} > "
-                      "{} - {}).",
-                      r->params.max_tokens, max_len, len, r->params.max_tokens, max_len, len),
-          "max_tokens"};
+    if (len + params.max_tokens > max_len) {
+      return ApiError{400,
+                      fmt::format("'max_tokens' is too large: {}. This model's maximum context "
+                                  "length is {} tokens and your request has {} input tokens ({} > "
+                                  "{} - {}).",
+                                  params.max_tokens, max_len, len, params.max_tokens, max_len, len),
+                      "max_tokens"};
+    }
+    return std::nullopt;
+  }
+
+  // The request, its prompts' ids and (for echo) texts, or the error to send.
+  std::optional<ApiError> Prepare(const json& body, Endpoint endpoint, GenerationRequest* r,
+                                  std::vector<std::vector<int32_t>>* prompts,
+                                  std::vector<std::string>* prompt_texts) const {
+    Result<GenerationRequest> parsed = ParseGenerationRequest(body, endpoint);
+    if (!parsed.ok()) return ToApiError(parsed.status());
+    *r = std::move(*parsed);
+    if (Status s = CheckModel(r->model); !s.ok()) return ToApiError(s);
+    if (endpoint == Endpoint::kChat) {
+      Result<std::string> text = RenderChat(r->messages_json, r->tools_json,
+                                            r->add_generation_prompt, r->chat_template_kwargs_json);
+      if (!text.ok()) return ToApiError(text.status());
+      r->prompts.push_back({.text = std::move(*text)});
+    }
+    for (GenerationRequest::Prompt& p : r->prompts) {
+      if (p.text) {
+        Result<std::vector<int32_t>> ids = Encode(*p.text, r->add_special_tokens);
+        if (!ids.ok()) return ToApiError(ids.status());
+        prompts->push_back(std::move(*ids));
+        prompt_texts->push_back(std::move(*p.text));
+      } else {
+        prompts->push_back(std::move(p.ids));
+        prompt_texts->push_back(r->echo ? tok.Decode(prompts->back()) : "");
+      }
+    }
+    // Chat's default max_tokens: what is left of the context (one prompt).
+    if (endpoint == Endpoint::kChat && !r->max_tokens_given) {
+      r->params.max_tokens = max_model_len() - static_cast<int64_t>(prompts->front().size());
+    }
+    for (const std::vector<int32_t>& prompt : *prompts) {
+      if (std::optional<ApiError> e = CheckPrompt(prompt, r->params)) return e;
     }
     for (const std::string& s : r->params.stop) {
       if (s.empty()) return ApiError{400, "stop: empty stop strings are not allowed", "stop"};
@@ -182,11 +245,12 @@ struct HttpServer::Impl {
     std::optional<json> body = Body(req, res);
     if (!body) return;
     GenerationRequest r;
-    std::vector<int32_t> prompt;
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<std::string> prompt_texts;
     // The engine's max_model_len is needed for the checks: wait for it.
     EngineLoop* l = ReadyLoop(res);
     if (l == nullptr) return;
-    if (std::optional<ApiError> e = Prepare(*body, endpoint, &r, &prompt)) {
+    if (std::optional<ApiError> e = Prepare(*body, endpoint, &r, &prompts, &prompt_texts)) {
       SendError(res, *e);
       return;
     }
@@ -195,13 +259,21 @@ struct HttpServer::Impl {
     job->id = NewRequestId(endpoint);
     job->created = std::time(nullptr);
     job->model = options.served_model_name;
-    job->prompt_tokens = static_cast<int64_t>(prompt.size());
     job->loop = l;
     job->tok = &tok;
-    std::vector<engine::SamplingParams> fanned = engine::FanOut(r.params);
-    for (const engine::SamplingParams& p : fanned) job->choices.emplace_back(tok, p);
+    // n choices per prompt, in vLLM's order: choice p * n + j.
+    const std::vector<engine::SamplingParams> fanned = engine::FanOut(r.params);
+    std::vector<ChoiceInput> inputs;
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      for (const engine::SamplingParams& params : fanned) {
+        job->choices.emplace_back(tok, params, p);
+        inputs.push_back({prompts[p], params});
+      }
+    }
     job->request = std::move(r);
-    job->channel = l->Submit(std::move(prompt), std::move(fanned));
+    job->prompts = std::move(prompts);
+    job->prompt_texts = std::move(prompt_texts);
+    job->channel = l->Submit(std::move(inputs));
 
     if (!job->request.stream) {
       // No disconnect check here: httplib 0.11 cannot tell a closed connection before writing.
@@ -308,6 +380,7 @@ struct HttpServer::Impl {
   }
 
   void Routes() {
+    http.new_task_queue = [] { return new ThreadPerConnection; };
     http.set_payload_max_length(options.max_body_bytes);
     http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       HandleGeneration(req, res, Endpoint::kCompletions);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <random>
 
 #include "server/sampling_json.h"
@@ -19,36 +20,37 @@ Status ReadBool(const json& v, std::string_view key, bool* out) {
   return OkStatus();
 }
 
-// "prompt": a string, a list of token ids, or a list of one of those (vLLM's batch form, of
-// which only single prompts are served for now).
-Status ReadPrompt(const json& v, GenerationRequest* r) {
-  const json* prompt = &v;
-  if (v.is_array() && !v.empty() && (v[0].is_string() || v[0].is_array())) {
-    if (v.size() != 1) {
-      return InvalidArgument(
-          "\"prompt\": a list of prompts is not supported; send one request "
-          "per prompt");
-    }
-    prompt = &v[0];
+// One prompt: a non-empty string or list of token ids.
+Result<GenerationRequest::Prompt> ReadOnePrompt(const json& v) {
+  GenerationRequest::Prompt prompt;
+  if (v.is_string()) {
+    prompt.text = v.get<std::string>();
+    if (prompt.text->empty()) return InvalidArgument("\"prompt\" is empty");
+    return prompt;
   }
-  if (prompt->is_string()) {
-    r->prompt_text = prompt->get<std::string>();
-    if (r->prompt_text->empty()) return InvalidArgument("\"prompt\" is empty");
-    return OkStatus();
-  }
-  if (!prompt->is_array()) {
-    return InvalidArgument("\"prompt\" must be a string or a list of token ids");
-  }
-  if (prompt->empty()) return InvalidArgument("\"prompt\" is empty");
-  std::vector<int32_t> ids;
-  for (const json& id : *prompt) {
+  if (!v.is_array()) return InvalidArgument("\"prompt\" must be a string or a list of token ids");
+  if (v.empty()) return InvalidArgument("\"prompt\" is empty");
+  for (const json& id : v) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
         id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
       return InvalidArgument("\"prompt\": {} is not a token id", id.dump());
     }
-    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    prompt.ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
   }
-  r->prompt_ids = std::move(ids);
+  return prompt;
+}
+
+// "prompt": a string, a list of token ids, or (vLLM's batch form) a list of those.
+Status ReadPrompts(const json& v, GenerationRequest* r) {
+  if (v.is_array() && !v.empty() && (v[0].is_string() || v[0].is_array())) {
+    for (const json& one : v) {
+      ASSIGN_OR_RETURN(GenerationRequest::Prompt prompt, ReadOnePrompt(one));
+      r->prompts.push_back(std::move(prompt));
+    }
+    return OkStatus();
+  }
+  ASSIGN_OR_RETURN(GenerationRequest::Prompt prompt, ReadOnePrompt(v));
+  r->prompts.push_back(std::move(prompt));
   return OkStatus();
 }
 
@@ -133,7 +135,7 @@ Result<GenerationRequest> ParseGenerationRequest(const json& body, Endpoint endp
       if (!value.is_string()) return InvalidArgument("\"model\" must be a string");
       r.model = value.get<std::string>();
     } else if (key == "prompt" && !chat) {
-      RETURN_IF_ERROR(ReadPrompt(value, &r));
+      RETURN_IF_ERROR(ReadPrompts(value, &r));
       has_prompt = true;
     } else if (key == "stream") {
       RETURN_IF_ERROR(ReadBool(value, key, &r.stream));
@@ -142,10 +144,8 @@ Result<GenerationRequest> ParseGenerationRequest(const json& body, Endpoint endp
       stream_options_given = true;
     } else if (key == "add_special_tokens") {
       RETURN_IF_ERROR(ReadBool(value, key, &r.add_special_tokens));
-    } else if (key == "echo") {
-      bool echo = false;
-      RETURN_IF_ERROR(ReadBool(value, key, &echo));
-      if (echo) return InvalidArgument("\"echo\" is not supported");
+    } else if (key == "echo" && !chat) {
+      RETURN_IF_ERROR(ReadBool(value, key, &r.echo));
     }
     // Other keys (user, suffix, tool_choice, ...) are accepted and ignored, as vLLM ignores the
     // fields it does not use.
@@ -161,6 +161,11 @@ Result<GenerationRequest> ParseGenerationRequest(const json& body, Endpoint endp
     if (chat_logprobs.value_or(false)) r.params.logprobs = top_logprobs.value_or(0);
   } else if (!has_prompt) {
     return InvalidArgument("\"prompt\" is required");
+  }
+  r.return_prompt_logprobs = r.params.prompt_logprobs.has_value();
+  // vLLM: echoed logprobs cover the prompt, so echo with logprobs asks for prompt logprobs.
+  if (r.echo && r.params.logprobs) {
+    r.params.prompt_logprobs = std::max(r.params.prompt_logprobs.value_or(0), *r.params.logprobs);
   }
   if (stream_options_given && !r.stream) {
     return InvalidArgument("stream_options can only be set when stream is true");
@@ -206,6 +211,47 @@ ordered_json CompletionLogprobsJson(const tokenizer::Tokenizer& tok,
           {"token_logprobs", std::move(token_logprobs)},
           {"top_logprobs", std::move(top_logprobs)},
           {"text_offset", std::move(text_offset_json)}};
+}
+
+ordered_json EchoedPromptLogprobsJson(const tokenizer::Tokenizer& tok,
+                                      const std::vector<int32_t>& prompt,
+                                      const std::vector<engine::SampledToken>& prompt_logprobs,
+                                      int64_t* text_offset) {
+  const std::string first =
+      tok.Decode(std::span(prompt.data(), std::min<size_t>(1, prompt.size())));
+  ordered_json out = {{"tokens", {first}},
+                      {"token_logprobs", {nullptr}},
+                      {"top_logprobs", {nullptr}},
+                      {"text_offset", {*text_offset}}};
+  *text_offset += static_cast<int64_t>(first.size());
+  AppendCompletionLogprobs(out, CompletionLogprobsJson(tok, prompt_logprobs, text_offset));
+  return out;
+}
+
+void AppendCompletionLogprobs(ordered_json& into, const ordered_json& more) {
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+    for (const ordered_json& v : more[key]) into[key].push_back(v);
+  }
+}
+
+ordered_json PromptLogprobsJson(const tokenizer::Tokenizer& tok,
+                                const std::vector<engine::SampledToken>& prompt_logprobs) {
+  const auto entry = [&](const engine::TokenLogprob& t) {
+    return ordered_json{{"logprob", ApiLogprob(t.logprob)},
+                        {"rank", t.rank},
+                        {"decoded_token", tok.Decode(std::span(&t.token, 1))}};
+  };
+  ordered_json out = ordered_json::array({nullptr});
+  for (const engine::SampledToken& s : prompt_logprobs) {
+    ordered_json position = ordered_json::object();
+    position[std::to_string(s.token)] = entry(s.sampled);
+    for (const engine::TokenLogprob& t : s.top) {
+      const std::string key = std::to_string(t.token);
+      if (!position.contains(key)) position[key] = entry(t);
+    }
+    out.push_back(std::move(position));
+  }
+  return out;
 }
 
 ordered_json ChatLogprobsContentJson(const tokenizer::Tokenizer& tok,

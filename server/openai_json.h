@@ -26,9 +26,13 @@ enum class Endpoint { kCompletions, kChat };
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;  // "" when not given
-  // Completions: the prompt as text or as token ids (exactly one).
-  std::optional<std::string> prompt_text;
-  std::optional<std::vector<int32_t>> prompt_ids;
+  // Completions: the prompts (vLLM's batch form: a list of them), each as text or token ids.
+  struct Prompt {
+    std::optional<std::string> text;
+    std::vector<int32_t> ids;  // when text is absent
+  };
+  std::vector<Prompt> prompts;
+  bool echo = false;  // completions: the prompt goes before the output (text and logprobs)
   // Chat: the template's inputs, as JSON text.
   std::string messages_json;
   std::string tools_json = "null";
@@ -42,6 +46,8 @@ struct GenerationRequest {
   bool max_tokens_given = false;  // chat's default is what is left of max_model_len
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // The request asked for prompt_logprobs (echo with logprobs needs them too, unasked).
+  bool return_prompt_logprobs = false;
 };
 
 // Reads a request body (an object). Errors are InvalidArgument naming the field first, so that
@@ -61,6 +67,21 @@ ordered_json UsageJson(int64_t prompt_tokens, int64_t completion_tokens);
 ordered_json CompletionLogprobsJson(const tokenizer::Tokenizer& tok,
                                     const std::vector<engine::SampledToken>& logprobs,
                                     int64_t* text_offset);
+
+// The prompt part of echoed completions logprobs: the same shape as CompletionLogprobsJson, the
+// first token without a logprob (null), then one entry per prompt_logprobs element.
+ordered_json EchoedPromptLogprobsJson(const tokenizer::Tokenizer& tok,
+                                      const std::vector<int32_t>& prompt,
+                                      const std::vector<engine::SampledToken>& prompt_logprobs,
+                                      int64_t* text_offset);
+
+// Appends completions logprobs `more` to `into` (both in CompletionLogprobsJson's shape).
+void AppendCompletionLogprobs(ordered_json& into, const ordered_json& more);
+
+// vLLM's prompt_logprobs: [null, {"<token id>": {"logprob", "rank", "decoded_token"}, ...}, ...],
+// one dict per prompt token after the first, holding that token and the top ones.
+ordered_json PromptLogprobsJson(const tokenizer::Tokenizer& tok,
+                                const std::vector<engine::SampledToken>& prompt_logprobs);
 
 // Chat logprobs entries [{"token", "logprob", "bytes", "top_logprobs": [...]}] (the "content"
 // array).

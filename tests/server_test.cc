@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -100,6 +101,37 @@ class ServerTest : public ::testing::Test {
     const auto [status, text] = Post(path, body.dump());
     EXPECT_EQ(status, 200) << text;
     return status == 200 ? json::parse(text) : json();
+  }
+
+  // POSTs `body` over a plain socket and reads the streamed response (raw, chunked) until
+  // "data: [DONE]", or until it holds `max_events` SSE events and then hangs up: a client gone
+  // mid-stream. Many httplib::Clients on threads of one process lose connections now and then
+  // (httplib 0.11's client, not the server: plain sockets never do), hence plain sockets here.
+  static std::string RawStream(const std::string& path, const std::string& body,
+                               int max_events = std::numeric_limits<int>::max()) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port_));
+    std::string received;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      const std::string request = fmt::format(
+          "POST {} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\n"
+          "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
+          path, kApiKey, body.size(), body);
+      if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+        char buf[4096];
+        ssize_t n;
+        while (static_cast<int>(SseData(received).size()) < max_events &&
+               received.find("data: [DONE]") == std::string::npos &&
+               (n = read(fd, buf, sizeof(buf))) > 0) {
+          received.append(buf, static_cast<size_t>(n));
+        }
+      }
+    }
+    close(fd);
+    return received;
   }
 
   // `generate --json` of prompt ids, greedy: the reference the server must match.
@@ -688,24 +720,13 @@ TEST_F(ServerTest, ThirtyTwoStreamsEightDisconnect) {
   std::vector<std::thread> threads;
   for (int i = 0; i < kStreams; ++i) {
     threads.emplace_back([&, i] {
-      httplib::Client c = Client();
-      httplib::Request req;
-      req.method = "POST";
-      req.path = "/v1/completions";
-      req.headers = {{"Authorization", std::string("Bearer ") + kApiKey}};
-      req.set_header("Content-Type", "application/json");
-      req.body = request(i).dump();
-      std::string body;
-      // A quitter hangs up after its third event: the server sees it on its next write.
-      req.content_receiver = [&, i](const char* data, size_t n, uint64_t, uint64_t) {
-        body.append(data, n);
-        events_seen[i] = static_cast<int>(SseData(body).size());
-        return !(i % 4 == 3 && events_seen[i] >= 3);
-      };
-      httplib::Response res;
-      httplib::Error error;
-      c.send(req, res, error);
-      together[i] = body;
+      if (i % 4 == 3) {
+        // A quitter closes its connection after its third event.
+        together[i] = RawStream("/v1/completions", request(i).dump(), 3);
+        events_seen[i] = static_cast<int>(SseData(together[i]).size());
+        return;
+      }
+      together[i] = RawStream("/v1/completions", request(i).dump());
     });
   }
   for (std::thread& t : threads) t.join();
@@ -715,7 +736,7 @@ TEST_F(ServerTest, ThirtyTwoStreamsEightDisconnect) {
       EXPECT_EQ(together[i].find("[DONE]"), std::string::npos) << "stream " << i << " completed";
       continue;
     }
-    EXPECT_EQ(text_of(together[i]), alone[i]) << "stream " << i;
+    EXPECT_EQ(text_of(together[i]), alone[i]) << "stream " << i << ": " << together[i];
     EXPECT_NE(together[i].find("data: [DONE]"), std::string::npos) << i;
   }
 
@@ -737,6 +758,139 @@ TEST_F(ServerTest, ThirtyTwoStreamsEightDisconnect) {
   EXPECT_EQ(PostJson("/v1/completions",
                      {{"prompt", kPrompt}, {"max_tokens", 2}})["usage"]["completion_tokens"],
             2);
+}
+
+}  // namespace
+}  // namespace moeserve
+
+namespace moeserve {
+namespace {
+
+// vLLM's batch form: a list of prompts, n choices each, choice p * n + j; each prompt's text
+// equals the prompt sent alone; usage counts each prompt once.
+TEST_F(ServerTest, ListOfPrompts) {
+  const std::vector<int32_t> other = {9, 8, 7, 6};
+  const json single = {{"max_tokens", 6}, {"temperature", 1.0}, {"ignore_eos", true}};
+  json batch = single;
+  batch["prompt"] = {kPrompt, other};
+  batch["n"] = 2;
+  batch["seed"] = 5;
+  const json r = PostJson("/v1/completions", batch);
+  ASSERT_EQ(r["choices"].size(), 4u) << r.dump();
+  // Choice j of a prompt is seeded seed + j.
+  const auto alone = [&](const std::vector<int32_t>& prompt, int seed) {
+    json one = single;
+    one["prompt"] = prompt;
+    one["seed"] = seed;
+    return PostJson("/v1/completions", one)["choices"][0]["text"].get<std::string>();
+  };
+  const std::string expected[4] = {alone(kPrompt, 5), alone(kPrompt, 6), alone(other, 5),
+                                   alone(other, 6)};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(r["choices"][i]["index"], i);
+    EXPECT_EQ(r["choices"][i]["text"], expected[i]) << i;
+  }
+  EXPECT_EQ(r["usage"]["prompt_tokens"], kPrompt.size() + other.size());
+  EXPECT_EQ(r["usage"]["completion_tokens"], 4 * 6);
+  // Text prompts too, streamed.
+  json texts = single;
+  texts["temperature"] = 0;
+  texts["prompt"] = {"Hello there", "Once upon"};
+  texts["stream"] = true;
+  const auto [status, body] = Post("/v1/completions", texts.dump());
+  ASSERT_EQ(status, 200) << body;
+  std::string streamed[2];
+  for (const std::string& e : SseData(body)) {
+    if (e == "[DONE]") continue;
+    const json c = json::parse(e)["choices"][0];
+    streamed[c["index"].get<int>()] += c["text"].get<std::string>();
+  }
+  texts["stream"] = false;
+  const json whole = PostJson("/v1/completions", texts);
+  EXPECT_EQ(streamed[0], whole["choices"][0]["text"]);
+  EXPECT_EQ(streamed[1], whole["choices"][1]["text"]);
+}
+
+// prompt_logprobs: vLLM's [null, {"<id>": {logprob, rank, decoded_token}}, ...], equal to
+// `generate --prompt-logprobs`'s.
+TEST_F(ServerTest, PromptLogprobs) {
+  const json r = PostJson("/v1/completions", {{"prompt", kPrompt},
+                                              {"max_tokens", 2},
+                                              {"temperature", 0},
+                                              {"ignore_eos", true},
+                                              {"prompt_logprobs", 2}});
+  const json lp = r["choices"][0]["prompt_logprobs"];
+  ASSERT_TRUE(lp.is_array()) << r.dump();
+  ASSERT_EQ(lp.size(), kPrompt.size());
+  EXPECT_TRUE(lp[0].is_null());
+  const e2e::CommandResult ref = e2e::RunMoeserve(
+      fmt::format("generate --model {} --token-ids 5,17,42,99,3,250,7 --max-tokens 2 "
+                  "--prompt-logprobs 2 --json",
+                  Model()),
+      *dir_ / "generate.err");
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  const json ref_json = json::parse(ref.out)["requests"][0];
+  for (size_t i = 1; i < kPrompt.size(); ++i) {
+    const std::string id = std::to_string(kPrompt[i]);
+    ASSERT_TRUE(lp[i].contains(id)) << lp[i].dump();
+    EXPECT_GE(lp[i].size(), 2u);
+    EXPECT_LE(lp[i].size(), 3u);
+    const double logprob = lp[i][id]["logprob"];
+    EXPECT_LE(logprob, 0.0);
+    EXPECT_GE(lp[i][id]["rank"].get<int64_t>(), 1);
+    EXPECT_TRUE(lp[i][id]["decoded_token"].is_string());
+    EXPECT_NEAR(logprob, ref_json["prompt_logprobs"][i]["logprob"].get<double>(), 1e-5)
+        << ref_json["prompt_logprobs"][i].dump();
+  }
+  // Chat: on the response.
+  const json chat =
+      PostJson("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                                        {"max_tokens", 2},
+                                        {"prompt_logprobs", 0}});
+  ASSERT_TRUE(chat["prompt_logprobs"].is_array()) << chat.dump();
+  EXPECT_EQ(chat["prompt_logprobs"].size(), chat["usage"]["prompt_tokens"].get<size_t>());
+}
+
+// echo: the prompt's text before the output, and with logprobs the prompt's tokens first (the
+// first without a logprob), in both the response and the stream.
+TEST_F(ServerTest, Echo) {
+  const json request = {{"prompt", "Hello there"}, {"max_tokens", 4}, {"temperature", 0},
+                        {"ignore_eos", true},      {"echo", true},    {"logprobs", 1}};
+  const json r = PostJson("/v1/completions", request);
+  json plain = request;
+  plain.erase("echo");
+  const json p = PostJson("/v1/completions", plain);
+  EXPECT_EQ(r["choices"][0]["text"], "Hello there" + p["choices"][0]["text"].get<std::string>());
+  const json lp = r["choices"][0]["logprobs"];
+  const size_t prompt_len = r["usage"]["prompt_tokens"];
+  ASSERT_EQ(lp["tokens"].size(), prompt_len + 4) << lp.dump();
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  for (size_t i = 1; i < prompt_len + 4; ++i) EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(lp["token_logprobs"][prompt_len + i],
+              p["choices"][0]["logprobs"]["token_logprobs"][i]);
+  }
+  std::string joined;
+  for (const json& t : lp["tokens"]) joined += t.get<std::string>();
+  EXPECT_EQ(joined, r["choices"][0]["text"]);
+  EXPECT_EQ(lp["text_offset"][0], 0);
+  EXPECT_FALSE(r["choices"][0].contains("prompt_logprobs"));  // not asked
+  // Streamed: the same text and logprobs.
+  json streamed = request;
+  streamed["stream"] = true;
+  const auto [status, body] = Post("/v1/completions", streamed.dump());
+  ASSERT_EQ(status, 200);
+  std::string text;
+  size_t tokens = 0;
+  for (const std::string& e : SseData(body)) {
+    if (e == "[DONE]") continue;
+    const json c = json::parse(e)["choices"][0];
+    text += c["text"].get<std::string>();
+    if (c["logprobs"].is_object()) tokens += c["logprobs"]["tokens"].size();
+  }
+  EXPECT_EQ(text, r["choices"][0]["text"]);
+  EXPECT_EQ(tokens, prompt_len + 4);
 }
 
 }  // namespace
