@@ -22,10 +22,10 @@
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/model_flags.h"
-#include "server/sampling_json.h"
 #include "core/check.h"
 #include "core/timer.h"
 #include "io/model_config.h"
+#include "server/sampling_json.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -342,10 +342,13 @@ Result<std::vector<RequestResult>> RunRequests(engine::Engine& engine,
       // Output tokens only grow (a preempted request keeps them and recomputes their cache).
       // The token that completes a stop string is the last one kept, as vLLM keeps it; the
       // detokenizer cuts the text.
+      // A stop token (EOS, stop_token_ids) that ends the request adds no text, as in vLLM.
+      const bool stop_token = r->finished() && r->finish_reason == engine::FinishReason::kStop;
       for (size_t t = result.tokens.size();
            t < r->output_token_ids.size() && !result.hit_stop_string(); ++t) {
         result.tokens.push_back(r->output_token_ids[t]);
-        if (result.detok) append_text(i, result.detok->Add(r->output_token_ids[t]));
+        const bool last = stop_token && t + 1 == r->output_token_ids.size();
+        if (result.detok) append_text(i, result.detok->Add(r->output_token_ids[t], last));
       }
       // A no-op when the engine finished the request with this token anyway (max_tokens, EOS).
       if (result.hit_stop_string()) engine.Abort(r->id, engine::FinishReason::kStop);

@@ -18,12 +18,16 @@ Status Channel::Wait(std::chrono::milliseconds timeout, std::vector<ChoiceUpdate
 }
 
 void Channel::Publish(size_t choice, std::span<const int32_t> tokens,
-                      std::span<const engine::SampledToken> logprobs) {
+                      std::span<const engine::SampledToken> logprobs, engine::FinishReason finish) {
   {
     std::lock_guard lock(mu_);
     ChoiceUpdate& u = choices_[choice];
     u.tokens.insert(u.tokens.end(), tokens.begin(), tokens.end());
     u.logprobs.insert(u.logprobs.end(), logprobs.begin(), logprobs.end());
+    if (finish != engine::FinishReason::kNone) {
+      u.finished = true;
+      u.finish_reason = finish;
+    }
     news_ = true;
   }
   cv_.notify_all();
@@ -34,16 +38,6 @@ void Channel::PublishPromptLogprobs(size_t choice, std::span<const engine::Sampl
     std::lock_guard lock(mu_);
     choices_[choice].prompt_logprobs.assign(logprobs.begin(), logprobs.end());
     choices_[choice].has_prompt_logprobs = true;
-    news_ = true;
-  }
-  cv_.notify_all();
-}
-
-void Channel::Finish(size_t choice, engine::FinishReason reason) {
-  {
-    std::lock_guard lock(mu_);
-    choices_[choice].finished = true;
-    choices_[choice].finish_reason = reason;
     news_ = true;
   }
   cv_.notify_all();
@@ -214,35 +208,38 @@ void EngineLoop::Publish(int64_t id) {
     live.channel->PublishPromptLogprobs(live.choice, r->prompt_logprobs);
     live.prompt_logprobs_sent = true;
   }
-  if (r != nullptr) {
-    const size_t total = r->output_token_ids.size();
-    if (total > live.sent) {
-      const Clock::time_point now = Clock::now();
-      const auto seconds = [](Clock::duration d) {
-        return std::chrono::duration<double>(d).count();
-      };
-      if (live.sent == 0) {
-        metrics_.ObserveFirstToken(seconds(now - live.arrival),
-                                   static_cast<int64_t>(r->prompt_token_ids.size()));
-      } else {
-        metrics_.ObserveInterToken(seconds(now - live.last_token));
-      }
-      metrics_.AddGenerationTokens(static_cast<int64_t>(total - live.sent));
-      live.last_token = now;
-      std::span<const engine::SampledToken> logprobs;
+  const bool finished = r == nullptr || r->finished();
+  const engine::FinishReason reason =
+      r == nullptr ? engine::FinishReason::kAbort
+                   : (finished ? r->finish_reason : engine::FinishReason::kNone);
+  const size_t total = r != nullptr ? r->output_token_ids.size() : live.sent;
+  if (total > live.sent) {
+    const Clock::time_point now = Clock::now();
+    const auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+    if (live.sent == 0) {
+      metrics_.ObserveFirstToken(seconds(now - live.arrival),
+                                 static_cast<int64_t>(r->prompt_token_ids.size()));
+    } else {
+      metrics_.ObserveInterToken(seconds(now - live.last_token));
+    }
+    metrics_.AddGenerationTokens(static_cast<int64_t>(total - live.sent));
+    live.last_token = now;
+  }
+  if (total > live.sent || finished) {
+    std::span<const int32_t> tokens;
+    std::span<const engine::SampledToken> logprobs;
+    if (r != nullptr) {
+      tokens = std::span(r->output_token_ids).subspan(live.sent, total - live.sent);
       if (r->output_logprobs.size() >= total) {
         logprobs = std::span(r->output_logprobs).subspan(live.sent, total - live.sent);
       }
-      live.channel->Publish(live.choice,
-                            std::span(r->output_token_ids).subspan(live.sent, total - live.sent),
-                            logprobs);
-      live.sent = total;
     }
+    live.channel->Publish(live.choice, tokens, logprobs, reason);
+    live.sent = total;
   }
-  if (r != nullptr && !r->finished()) return;
-  metrics_.ObserveFinished(r != nullptr ? r->finish_reason : engine::FinishReason::kAbort,
+  if (!finished) return;
+  metrics_.ObserveFinished(reason,
                            std::chrono::duration<double>(Clock::now() - live.arrival).count());
-  live.channel->Finish(live.choice, r != nullptr ? r->finish_reason : engine::FinishReason::kAbort);
   // The channel's bookkeeping goes with its last request.
   auto ids = ids_of_.find(live.channel.get());
   if (ids != ids_of_.end()) {

@@ -54,10 +54,12 @@ class Channel {
   Status Wait(std::chrono::milliseconds timeout, std::vector<ChoiceUpdate>* updates);
 
   // Loop side.
+  // New tokens of a choice and, when they end it, the reason (in one update, so that a reader
+  // sees the last token together with the end).
   void Publish(size_t choice, std::span<const int32_t> tokens,
-               std::span<const engine::SampledToken> logprobs);
+               std::span<const engine::SampledToken> logprobs,
+               engine::FinishReason finish = engine::FinishReason::kNone);
   void PublishPromptLogprobs(size_t choice, std::span<const engine::SampledToken> logprobs);
-  void Finish(size_t choice, engine::FinishReason reason);
   void Fail(const Status& status);
 
  private:

@@ -1,5 +1,6 @@
 #include "server/generation_job.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "server/api_error.h"
@@ -11,7 +12,9 @@ ChoiceState::ChoiceState(const tokenizer::Tokenizer& tok, const engine::Sampling
     : detok(tok, {.skip_special_tokens = p.skip_special_tokens,
                   .stop = p.stop,
                   .include_stop_str_in_output = p.include_stop_str_in_output}),
-      prompt(prompt_index) {}
+      prompt(prompt_index),
+      stop(p.stop),
+      stop_token_ids(p.stop_token_ids) {}
 
 bool GenerationJob::finished() const {
   for (const ChoiceState& c : choices) {
@@ -47,10 +50,12 @@ Status GenerationJob::Pull(std::chrono::milliseconds timeout, std::vector<Delta>
       c.prompt_logprobs_arrived = d.prompt_logprobs_arrived = true;
     }
     const bool was_stopped = c.detok.stopped();
+    // The engine's kStop ends a choice on a stop token (EOS, stop_token_ids): the last one.
+    const bool stop_token = u.finished && u.finish_reason == engine::FinishReason::kStop;
     for (size_t t = 0; t < u.tokens.size() && !c.detok.stopped(); ++t) {
       c.tokens.push_back(u.tokens[t]);
       if (t < u.logprobs.size()) d.logprobs.push_back(u.logprobs[t]);
-      d.text += c.detok.Add(u.tokens[t]);
+      d.text += c.detok.Add(u.tokens[t], stop_token && t + 1 == u.tokens.size());
     }
     if (c.detok.stopped() && !was_stopped) {
       loop->AbortChoice(channel, i, engine::FinishReason::kStop);
@@ -59,6 +64,12 @@ Status GenerationJob::Pull(std::chrono::milliseconds timeout, std::vector<Delta>
       c.finished = d.finished = true;
       // A stop string wins over the engine's reason, as in vLLM's output processor.
       c.reason = c.detok.stopped() ? engine::FinishReason::kStop : u.finish_reason;
+      if (c.detok.stopped()) {
+        c.stop_reason = c.stop[c.detok.stop_index()];
+      } else if (stop_token && !c.tokens.empty() &&
+                 std::count(c.stop_token_ids.begin(), c.stop_token_ids.end(), c.tokens.back())) {
+        c.stop_reason = c.tokens.back();
+      }
       d.text += c.detok.Flush();
     }
     c.text += d.text;
@@ -106,7 +117,7 @@ ordered_json GenerationJob::Response() {
     choice["logprobs"] = chat() ? LogprobsJson(c.logprobs, &c.text_offset)
                                 : CompletionLogprobs(c, c.logprobs, echo());
     choice["finish_reason"] = FinishReasonJson(c.reason);
-    choice["stop_reason"] = nullptr;
+    choice["stop_reason"] = c.stop_reason;
     if (request.return_prompt_logprobs && !chat()) {
       choice["prompt_logprobs"] = PromptLogprobsJson(*tok, c.prompt_logprobs);
     }
@@ -144,7 +155,7 @@ ordered_json GenerationJob::Chunk(size_t i, const Delta& d, bool first) {
   }
   choice["finish_reason"] =
       d.finished ? ordered_json(FinishReasonJson(c.reason)) : ordered_json(nullptr);
-  if (!chat()) choice["stop_reason"] = nullptr;
+  choice["stop_reason"] = d.finished ? c.stop_reason : ordered_json(nullptr);
   if (d.prompt_logprobs_arrived && request.return_prompt_logprobs) {
     const ordered_json prompt_logprobs = PromptLogprobsJson(*tok, c.prompt_logprobs);
     if (chat()) {

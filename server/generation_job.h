@@ -26,7 +26,10 @@ struct ChoiceState {
   // When the params ask for them (the engine sends them once, with the first tokens).
   std::vector<engine::SampledToken> prompt_logprobs;
   bool prompt_logprobs_arrived = false;
-  bool echoed = false;  // stream: the prompt (echo) went out
+  bool echoed = false;                  // stream: the prompt (echo) went out
+  std::vector<std::string> stop;        // the params' stop strings and stop token ids, for
+  std::vector<int32_t> stop_token_ids;  // stop_reason
+  ordered_json stop_reason = nullptr;   // vLLM's: the stop string or stop token id that ended it
   std::vector<int32_t> tokens;
   std::vector<engine::SampledToken> logprobs;
   std::string text;

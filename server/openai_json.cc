@@ -11,6 +11,13 @@
 namespace moeserve::server {
 namespace {
 
+// Text offsets count characters, as Python's len() does (a U+FFFD for a broken byte is one).
+int64_t CountCodePoints(std::string_view text) {
+  int64_t n = 0;
+  for (unsigned char b : text) n += (b & 0xC0) != 0x80;
+  return n;
+}
+
 // JSON has no -inf: a token the model rules out gets vLLM's API floor.
 float ApiLogprob(float logprob) { return std::max(logprob, -9999.0f); }
 
@@ -205,7 +212,7 @@ ordered_json CompletionLogprobsJson(const tokenizer::Tokenizer& tok,
     }
     top_logprobs.push_back(std::move(top));
     text_offset_json.push_back(*text_offset);
-    *text_offset += static_cast<int64_t>(text.size());
+    *text_offset += CountCodePoints(text);
   }
   return {{"tokens", std::move(tokens)},
           {"token_logprobs", std::move(token_logprobs)},
@@ -223,7 +230,7 @@ ordered_json EchoedPromptLogprobsJson(const tokenizer::Tokenizer& tok,
                       {"token_logprobs", {nullptr}},
                       {"top_logprobs", {nullptr}},
                       {"text_offset", {*text_offset}}};
-  *text_offset += static_cast<int64_t>(first.size());
+  *text_offset += CountCodePoints(first);
   AppendCompletionLogprobs(out, CompletionLogprobsJson(tok, prompt_logprobs, text_offset));
   return out;
 }

@@ -132,7 +132,8 @@ void ExpectConsistent(const json& j, bool chat) {
     itls.insert(itls.end(), gaps.begin(), gaps.end());
     const double decode = std::accumulate(gaps.begin(), gaps.end(), 0.0);
     if (!chat) {
-      EXPECT_GT(decode, 0);
+      // 0 when the server sent all tokens in one chunk (a busy handler coalesces them).
+      EXPECT_GE(decode, 0);
       tpots.push_back(decode / (kOutputLen - 1));
       e2els.push_back(ttft + decode);
     }
@@ -142,7 +143,7 @@ void ExpectConsistent(const json& j, bool chat) {
   EXPECT_GT(j["mean_tpot_ms"].get<double>(), 0);
   EXPECT_GE(j["p99_tpot_ms"].get<double>(), j["median_tpot_ms"].get<double>());
   if (!chat) {
-    for (double tpot : tpots) EXPECT_GT(tpot, 0);
+    for (double tpot : tpots) EXPECT_GE(tpot, 0);
     ExpectStatsInside(j, "tpot", tpots);
     if (j.contains("mean_e2el_ms")) ExpectStatsInside(j, "e2el", e2els);
   }

@@ -10,9 +10,10 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer,
                                                DetokenizerOptions options)
     : tokenizer_(tokenizer), options_(std::move(options)) {}
 
-std::string IncrementalDetokenizer::Add(int32_t id) {
+std::string IncrementalDetokenizer::Add(int32_t id, bool ends_generation) {
   std::string out;
   if (stopped() || flushed_) return out;
+  if (ends_generation && !options_.include_stop_str_in_output) return out;
   const std::optional<std::string_view> bytes = tokenizer_.TokenBytes(id);
   // Unknown ids decode to nothing, as in Tokenizer::Decode.
   if (!bytes.has_value()) return out;

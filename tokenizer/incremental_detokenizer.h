@@ -33,7 +33,9 @@ class IncrementalDetokenizer {
   IncrementalDetokenizer(const Tokenizer& tokenizer, DetokenizerOptions options);
 
   // Feeds ids; returns the text they complete (often empty). Once stopped() ids are ignored.
-  std::string Add(int32_t id);
+  // `ends_generation`: the id is the stop token (EOS, stop_token_ids) that ended generation; as
+  // in vLLM, its text is left out unless include_stop_str_in_output.
+  std::string Add(int32_t id, bool ends_generation = false);
   std::string Add(std::span<const int32_t> ids);
 
   // Ends the stream (later ids are ignored) and returns everything still held back — text that

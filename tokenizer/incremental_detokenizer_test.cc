@@ -142,6 +142,21 @@ TEST(IncrementalDetokenizerTest, StopStringSpanningTokens) {
   }
 }
 
+// The stop token that ends generation adds no text unless include_stop_str_in_output (vLLM).
+TEST(IncrementalDetokenizerTest, StopTokenTextLeftOut) {
+  const std::vector<int32_t> ids = Encode("Hello world, this");
+  ASSERT_GE(ids.size(), 3u);
+  const std::vector<int32_t> all_but_last(ids.begin(), ids.end() - 1);
+  for (const bool include : {false, true}) {
+    SCOPED_TRACE(include);
+    IncrementalDetokenizer detok(Qwen3(), Options(false, {}, include));
+    std::string text;
+    for (size_t i = 0; i < ids.size(); ++i) text += detok.Add(ids[i], i + 1 == ids.size());
+    text += detok.Flush();
+    EXPECT_EQ(text, include ? Qwen3().Decode(ids) : Qwen3().Decode(all_but_last));
+  }
+}
+
 TEST(IncrementalDetokenizerTest, TextThatMayStartAStopStringIsHeldBack) {
   // Tokens: "Hello", " world", "," ...
   IncrementalDetokenizer detok(Qwen3(), Options(false, {"world!"}));
