@@ -1,8 +1,8 @@
 #include "cli/activation_dump.h"
 
-#include <filesystem>
-
 #include <fmt/format.h>
+
+#include <filesystem>
 
 #include "cli/model_flags.h"
 
@@ -28,18 +28,18 @@ Result<std::unique_ptr<ActivationDump>> ActivationDump::AttachTo(model::CausalLm
 ActivationDump::~ActivationDump() { std::fclose(index_); }
 
 model::ActivationTap ActivationDump::Tap() {
-  return [this](std::string_view name, int64_t layer, const float* data, int64_t rows,
-                int64_t cols) {
-    const std::string file = fmt::format("{}L{:02d}.{}.f32", prefix_, layer, name);
-    Status s = WriteF32File(dir_ + "/" + file, data, static_cast<size_t>(rows * cols));
-    if (!s.ok() && status_.ok()) status_ = s;
-    std::fprintf(index_,
-                 "{\"file\": \"%s\", \"name\": \"%.*s\", \"layer\": %lld, \"rows\": %lld, "
-                 "\"cols\": %lld}\n",
-                 file.c_str(), static_cast<int>(name.size()), name.data(),
-                 static_cast<long long>(layer), static_cast<long long>(rows),
-                 static_cast<long long>(cols));
-  };
+  return
+      [this](std::string_view name, int64_t layer, const float* data, int64_t rows, int64_t cols) {
+        const std::string file = fmt::format("{}L{:02d}.{}.f32", prefix_, layer, name);
+        Status s = WriteF32File(dir_ + "/" + file, data, static_cast<size_t>(rows * cols));
+        if (!s.ok() && status_.ok()) status_ = s;
+        std::fprintf(index_,
+                     "{\"file\": \"%s\", \"name\": \"%.*s\", \"layer\": %lld, \"rows\": %lld, "
+                     "\"cols\": %lld}\n",
+                     file.c_str(), static_cast<int>(name.size()), name.data(),
+                     static_cast<long long>(layer), static_cast<long long>(rows),
+                     static_cast<long long>(cols));
+      };
 }
 
 }  // namespace moeserve::cli

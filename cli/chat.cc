@@ -37,6 +37,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/model_files.h"
 #include "cli/model_flags.h"
 #include "core/log.h"
 #include "io/model_config.h"
@@ -185,94 +186,6 @@ ReadResult ReadInput(LineReader& reader, bool tty, Input* input) {
 
 // ---- Model folder ----
 
-Result<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return IoError("cannot open {}", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return IoError("reading {} failed", path);
-  return std::move(text).str();
-}
-
-// The chat template: --chat-template FILE (with tokenizer_config.json's special tokens when it
-// has them), else tokenizer_config.json's. As serve's LoadChatTemplate, except that having none
-// is an error here.
-Result<tokenizer::ChatTemplate> LoadChatTemplate(const std::string& dir, const std::string& file) {
-  std::optional<tokenizer::ChatTemplate> from_config;
-  Status config_status = NotFound("{} has no tokenizer_config.json", dir);
-  const std::string config_path = dir + "/tokenizer_config.json";
-  if (std::filesystem::exists(config_path)) {
-    ASSIGN_OR_RETURN(const std::string config, ReadText(config_path));
-    Result<tokenizer::ChatTemplate> parsed = tokenizer::ChatTemplate::FromTokenizerConfig(config);
-    if (parsed.ok()) {
-      from_config = std::move(*parsed);
-    } else {
-      config_status = parsed.status().WithContext(config_path);
-    }
-  }
-  if (file.empty()) {
-    if (!from_config) {
-      return NotFound("no chat template ({}); --chat-template FILE gives one",
-                      config_status.message());
-    }
-    return *std::move(from_config);
-  }
-  Result<std::string> source = ReadText(file);
-  if (!source.ok()) return source.status().WithContext("--chat-template");
-  Result<tokenizer::ChatTemplate> chat =
-      from_config ? from_config->WithTemplate(*source) : tokenizer::ChatTemplate::Parse(*source);
-  if (!chat.ok()) return chat.status().WithContext("--chat-template " + file);
-  return chat;
-}
-
-// What the model folder's generation_config.json changes in the defaults (vLLM's
-// --generation-config auto: get_diff_sampling_param and update_from_generation_config).
-struct GenerationConfig {
-  std::optional<double> temperature, top_p, min_p, repetition_penalty;
-  std::optional<int64_t> top_k, max_new_tokens;
-  std::vector<int32_t> eos_token_ids;
-};
-
-// A folder without the file has no overrides; a malformed one is a runtime failure.
-Result<GenerationConfig> LoadGenerationConfig(const std::string& dir) {
-  GenerationConfig g;
-  const std::string path = dir + "/generation_config.json";
-  if (!std::filesystem::exists(path)) return g;
-  ASSIGN_OR_RETURN(const std::string text, ReadText(path));
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return InvalidArgument("{}: not a JSON object", path);
-  const auto number = [&](const char* key, std::optional<double>* out) -> Status {
-    const auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return OkStatus();
-    if (!it->is_number()) return InvalidArgument("{}: \"{}\" is not a number", path, key);
-    *out = it->get<double>();
-    return OkStatus();
-  };
-  const auto integer = [&](const char* key, std::optional<int64_t>* out) -> Status {
-    const auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return OkStatus();
-    if (!it->is_number_integer()) return InvalidArgument("{}: \"{}\" is not an integer", path, key);
-    *out = it->get<int64_t>();
-    return OkStatus();
-  };
-  RETURN_IF_ERROR(number("temperature", &g.temperature));
-  RETURN_IF_ERROR(number("top_p", &g.top_p));
-  RETURN_IF_ERROR(number("min_p", &g.min_p));
-  RETURN_IF_ERROR(number("repetition_penalty", &g.repetition_penalty));
-  RETURN_IF_ERROR(integer("top_k", &g.top_k));
-  RETURN_IF_ERROR(integer("max_new_tokens", &g.max_new_tokens));
-  if (const auto eos = j.find("eos_token_id"); eos != j.end() && !eos->is_null()) {
-    const json ids = eos->is_array() ? *eos : json::array({*eos});
-    for (const json& id : ids) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0) {
-        return InvalidArgument("{}: \"eos_token_id\" must be token ids", path);
-      }
-      g.eos_token_ids.push_back(id.get<int32_t>());
-    }
-  }
-  return g;
-}
-
 // ---- Options ----
 
 struct Options {
@@ -293,28 +206,20 @@ engine::SamplingParams AnswerParams(const Options& o, const FlagSet& flags,
                                     const GenerationConfig& g,
                                     std::span<const int64_t> model_eos_ids) {
   engine::SamplingParams p = o.sampling;
-  std::vector<std::string> from_file;
-  const auto take = [&](const char* flag, const char* key, const auto& value, auto* out) {
-    if (!value || flags.WasSet(flag)) return;
-    *out = *value;
-    from_file.push_back(fmt::format("{}={}", key, *value));
-  };
-  take("temperature", "temperature", g.temperature, &p.temperature);
-  take("top-p", "top_p", g.top_p, &p.top_p);
-  take("top-k", "top_k", g.top_k, &p.top_k);
-  take("min-p", "min_p", g.min_p, &p.min_p);
-  take("repetition-penalty", "repetition_penalty", g.repetition_penalty, &p.repetition_penalty);
+  if (!o.stop.empty()) p.stop = {o.stop};
+  std::vector<std::string> keep;  // the keys whose flags were given
+  for (const char* key : {"temperature", "top_p", "top_k", "min_p", "repetition_penalty"}) {
+    std::string flag = key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    if (flags.WasSet(flag)) keep.push_back(key);
+  }
+  const std::vector<std::string> from_file = g.ApplyTo(&p, keep);
   if (!from_file.empty()) {
     LogInfo("chat: sampling defaults from generation_config.json: {}", fmt::join(from_file, ", "));
   }
   if (o.seed >= 0) p.seed = o.seed;
-  if (!o.stop.empty()) p.stop = {o.stop};
   if (!p.ignore_eos) {
-    for (int32_t id : g.eos_token_ids) {
-      if (std::find(model_eos_ids.begin(), model_eos_ids.end(), id) == model_eos_ids.end()) {
-        p.stop_token_ids.push_back(id);
-      }
-    }
+    for (int32_t id : g.ExtraEosIds(model_eos_ids)) p.stop_token_ids.push_back(id);
   }
   return p;
 }
@@ -504,7 +409,7 @@ int Run(const Options& o, const FlagSet& flags) {
   if (!model_config.ok()) return RuntimeError(kCommand, model_config.status());
   Result<std::unique_ptr<tokenizer::Tokenizer>> tok = tokenizer::Tokenizer::LoadFromDir(*dir);
   if (!tok.ok()) return RuntimeError(kCommand, tok.status());
-  Result<tokenizer::ChatTemplate> chat_template = LoadChatTemplate(*dir, o.chat_template);
+  Result<tokenizer::ChatTemplate> chat_template = RequireChatTemplate(*dir, o.chat_template);
   if (!chat_template.ok()) {
     // A bad --chat-template is the user's flag; a folder without a template is the model's.
     return o.chat_template.empty() ? RuntimeError(kCommand, chat_template.status())

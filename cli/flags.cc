@@ -1,11 +1,11 @@
 #include "cli/flags.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 namespace moeserve::cli {
 

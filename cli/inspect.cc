@@ -1,11 +1,11 @@
 // moeserve inspect: what a model folder holds and how fast it can decode on this machine.
-#include <cstdio>
-#include <filesystem>
-#include <thread>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "cli/commands.h"
 #include "cli/flags.h"
@@ -111,7 +111,8 @@ Status Inspect(const Options& o) {
   }
   fmt::print("model            {}\n", o.model);
   fmt::print("architecture     {} ({})\n", config.architecture_name, config.model_type);
-  fmt::print("layers           {}: {}\n", config.num_hidden_layers, LayerSummary(config.layer_types));
+  fmt::print("layers           {}: {}\n", config.num_hidden_layers,
+             LayerSummary(config.layer_types));
   fmt::print("hidden size      {}, vocab {}\n", config.hidden_size, config.vocab_size);
   fmt::print("attention        {} q heads x {} ({} kv heads){}\n", config.num_attention_heads,
              config.head_dim, config.num_key_value_heads,

@@ -1,6 +1,7 @@
 // moeserve make-model: a Hugging Face model folder with random weights, for tests and
 // benchmarks. Deterministic for a seed: each tensor's values depend only on (seed, tensor name),
 // not on thread count or tensor order.
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,8 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "cli/flags.h"
@@ -308,8 +307,10 @@ struct Options {
 Result<ModelConfig> BuildConfig(const Options& o, const FlagSet& flags) {
   Architecture arch;
   if (!io::ParseArchitectureFlagName(o.arch, &arch)) {
-    return InvalidArgument("--arch: '{}' is not one of qwen3_next, qwen3_5_moe, qwen3_moe, qwen3, "
-                           "llama", o.arch);
+    return InvalidArgument(
+        "--arch: '{}' is not one of qwen3_next, qwen3_5_moe, qwen3_moe, qwen3, "
+        "llama",
+        o.arch);
   }
   Preset preset;
   if (o.preset == "tiny") {
@@ -407,8 +408,8 @@ Status MakeModel(const Options& o, const FlagSet& flags) {
                                                          {"<|im_end|>", first_special + 2}};
   config.bos_token_id = first_special;
   config.eos_token_ids = {first_special + 2};
-  RETURN_IF_ERROR(WriteTextFile(o.out + "/tokenizer.json",
-                                tokenizer::MakeTokenizerJson(vocab, specials)));
+  RETURN_IF_ERROR(
+      WriteTextFile(o.out + "/tokenizer.json", tokenizer::MakeTokenizerJson(vocab, specials)));
   RETURN_IF_ERROR(WriteTextFile(
       o.out + "/tokenizer_config.json",
       tokenizer::MakeTokenizerConfigJson(specials, tokenizer::kChatMlTemplate,
@@ -416,8 +417,9 @@ Status MakeModel(const Options& o, const FlagSet& flags) {
   RETURN_IF_ERROR(WriteTextFile(o.out + "/config.json", io::ModelConfigToJson(config)));
   RETURN_IF_ERROR(WriteTextFile(
       o.out + "/generation_config.json",
-      fmt::format("{{\n  \"bos_token_id\": {},\n  \"eos_token_id\": {},\n  \"do_sample\": false\n}}\n",
-                  config.bos_token_id, config.eos_token_ids[0])));
+      fmt::format(
+          "{{\n  \"bos_token_id\": {},\n  \"eos_token_id\": {},\n  \"do_sample\": false\n}}\n",
+          config.bos_token_id, config.eos_token_ids[0])));
 
   // Weights.
   std::vector<io::SafetensorsTensorSpec> specs;
@@ -430,8 +432,8 @@ Status MakeModel(const Options& o, const FlagSet& flags) {
     for (int64_t d : t.shape) numel *= d;
     total_bytes += numel * DTypeSize(*dtype);
   });
-  const size_t threads =
-      o.threads > 0 ? static_cast<size_t>(o.threads) : std::max(1u, std::thread::hardware_concurrency());
+  const size_t threads = o.threads > 0 ? static_cast<size_t>(o.threads)
+                                       : std::max(1u, std::thread::hardware_concurrency());
   ThreadPool pool(threads);
   ProgressBar progress(total_bytes);
   const bool show_progress = total_bytes > (uint64_t{256} << 20);
@@ -451,14 +453,13 @@ Status MakeModel(const Options& o, const FlagSet& flags) {
       const size_t begin = chunk * kChunkElements, end = std::min(n, begin + kChunkElements);
       DrawChunk(inits[index], base + chunk * 0xd1b54a32d192ed03ull, values + begin, end - begin);
       if (*dtype != DType::kF32) {
-        ConvertFromF32(values + begin, *dtype, out.data() + begin * DTypeSize(*dtype),
-                       end - begin);
+        ConvertFromF32(values + begin, *dtype, out.data() + begin * DTypeSize(*dtype), end - begin);
       }
     });
     if (show_progress) progress.Advance(out.size());
   };
-  RETURN_IF_ERROR(io::WriteSafetensorsCheckpoint(
-      o.out, specs, fill, static_cast<uint64_t>(o.max_shard_size_mb) << 20));
+  RETURN_IF_ERROR(io::WriteSafetensorsCheckpoint(o.out, specs, fill,
+                                                 static_cast<uint64_t>(o.max_shard_size_mb) << 20));
   return OkStatus();
 }
 
@@ -466,9 +467,10 @@ Status MakeModel(const Options& o, const FlagSet& flags) {
 
 int RunMakeModel(const std::vector<std::string>& args) {
   Options o;
-  FlagSet flags("moeserve make-model",
-                "Writes a Hugging Face model folder (config.json, model.safetensors, tokenizer.json,\n"
-                "tokenizer_config.json) with random weights, deterministic for a seed.");
+  FlagSet flags(
+      "moeserve make-model",
+      "Writes a Hugging Face model folder (config.json, model.safetensors, tokenizer.json,\n"
+      "tokenizer_config.json) with random weights, deterministic for a seed.");
   flags.String("arch", &o.arch, "qwen3_next | qwen3_5_moe | qwen3_moe | qwen3 | llama");
   flags.String("preset", &o.preset, "tiny (a few MB) | small (~100 M params) | bench (~1.2 B)");
   flags.String("out", &o.out, "output folder (created if absent)");

@@ -31,9 +31,10 @@ Result<std::string> ModelFlags::Dir() const {
   if (!model.empty()) return model;
   std::string dir = DefaultModelDir();
   if (!std::filesystem::exists(dir + "/config.json")) {
-    return NotFound("no default model at {} (scripts/run.sh creates it, or: moeserve make-model "
-                    "--preset small --out {})",
-                    dir, dir);
+    return NotFound(
+        "no default model at {} (scripts/run.sh creates it, or: moeserve make-model "
+        "--preset small --out {})",
+        dir, dir);
   }
   return dir;
 }
@@ -48,7 +49,7 @@ Result<std::unique_ptr<model::CausalLm>> ModelFlags::Load() const {
   Result<std::unique_ptr<model::CausalLm>> lm = model::CausalLm::Load(dir, options);
   if (!lm.ok()) return lm.status();
   LogDebug("loaded {} ({}, {} weights) in {:.2f} s", dir, (*lm)->config().architecture_name,
-          DTypeName((*lm)->weights().matrix_dtype), watch.ElapsedSeconds());
+           DTypeName((*lm)->weights().matrix_dtype), watch.ElapsedSeconds());
   return lm;
 }
 
@@ -63,8 +64,7 @@ model::CacheSizes SingleSequenceSizes(int64_t max_positions) {
 }  // namespace
 
 SingleSequence::SingleSequence(const io::ModelConfig& config, int64_t max_positions)
-    : cache(config, SingleSequenceSizes(max_positions)),
-      block_table(cache.sizes().num_blocks) {
+    : cache(config, SingleSequenceSizes(max_positions)), block_table(cache.sizes().num_blocks) {
   std::iota(block_table.begin(), block_table.end(), 0);
   cache.ResetSlot(0);
 }

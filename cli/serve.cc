@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/model_files.h"
 #include "cli/model_flags.h"
 #include "core/log.h"
 #include "io/model_config.h"
@@ -38,38 +39,6 @@ struct Options {
   int64_t max_body_mib = 16;
 };
 
-Result<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return IoError("cannot open {}", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return std::move(text).str();
-}
-
-// The chat template: --chat-template FILE (with the config's special tokens when it has them),
-// else tokenizer_config.json's. None is not an error: chat requests are then refused.
-Result<std::optional<tokenizer::ChatTemplate>> LoadChatTemplate(const std::string& dir,
-                                                                const std::string& file) {
-  std::optional<tokenizer::ChatTemplate> from_config;
-  const std::string config_path = dir + "/tokenizer_config.json";
-  if (std::filesystem::exists(config_path)) {
-    ASSIGN_OR_RETURN(const std::string config, ReadText(config_path));
-    Result<tokenizer::ChatTemplate> parsed = tokenizer::ChatTemplate::FromTokenizerConfig(config);
-    if (parsed.ok()) {
-      from_config = std::move(*parsed);
-    } else if (file.empty()) {
-      LogWarning("serve: no chat template ({}): /v1/chat/completions is refused",
-                 parsed.status().message());
-    }
-  }
-  if (file.empty()) return from_config;
-  ASSIGN_OR_RETURN(const std::string source, ReadText(file));
-  Result<tokenizer::ChatTemplate> chat =
-      from_config ? from_config->WithTemplate(source) : tokenizer::ChatTemplate::Parse(source);
-  if (!chat.ok()) return chat.status().WithContext("--chat-template " + file);
-  return std::optional<tokenizer::ChatTemplate>(std::move(*chat));
-}
-
 int Run(const Options& o) {
   for (Status s : {o.model.Validate(), o.engine.Validate()}) {
     if (!s.ok()) return UsageError(kCommand, s);
@@ -85,7 +54,16 @@ int Run(const Options& o) {
   Result<std::unique_ptr<tokenizer::Tokenizer>> tok = tokenizer::Tokenizer::LoadFromDir(*dir);
   if (!tok.ok()) return RuntimeError(kCommand, tok.status());
   Result<std::optional<tokenizer::ChatTemplate>> chat = LoadChatTemplate(*dir, o.chat_template);
-  if (!chat.ok()) return UsageError(kCommand, chat.status());
+  if (!chat.ok() && !o.chat_template.empty()) return UsageError(kCommand, chat.status());
+  if (!chat.ok()) {
+    // A broken template of the folder's own: serve the rest, refuse chat requests.
+    LogWarning("serve: no chat template ({}): /v1/chat/completions is refused",
+               chat.status().message());
+    chat = std::optional<tokenizer::ChatTemplate>();
+  }
+  // vLLM's --generation-config auto: the folder's sampling defaults, under each request's keys.
+  Result<GenerationConfig> generation_config = LoadGenerationConfig(*dir);
+  if (!generation_config.ok()) return RuntimeError(kCommand, generation_config.status());
 
   // The signals are taken by sigwait below: blocked here, before any thread starts, so that
   // every thread inherits the mask. SIGPIPE is ignored: a client gone is a failed write.
@@ -105,6 +83,11 @@ int Run(const Options& o) {
   options.model_root = *dir;
   options.vocab_size = config->vocab_size;
   options.max_body_bytes = static_cast<size_t>(o.max_body_mib) << 20;
+  const std::vector<std::string> from_file = generation_config->ApplyTo(&options.default_params);
+  options.extra_eos_ids = generation_config->ExtraEosIds(config->eos_token_ids);
+  if (!from_file.empty()) {
+    LogInfo("serve: sampling defaults from generation_config.json: {}", fmt::join(from_file, ", "));
+  }
   server::HttpServer http(options, **tok, std::move(*chat));
   if (Status s = http.Bind(); !s.ok()) return RuntimeError(kCommand, s);
   std::thread listener([&] { http.Listen(); });

@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/model_files.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,49 +28,6 @@ using tokenizer::ChatTemplate;
 using tokenizer::Tokenizer;
 
 std::string ModelDir(const std::string& model) { return model.empty() ? DefaultModelDir() : model; }
-
-Result<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return IoError("cannot open {}", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return IoError("reading {} failed", path);
-  return std::move(text).str();
-}
-
-// The model's chat template (tokenizer_config.json), or template_file's with the model's special
-// tokens (vLLM's --chat-template).
-Result<ChatTemplate> LoadChatTemplate(const std::string& dir, const std::string& template_file) {
-  const std::string config_path = dir + "/tokenizer_config.json";
-  const bool has_config = std::filesystem::exists(config_path);
-  std::optional<ChatTemplate> from_config;
-  if (has_config) {
-    ASSIGN_OR_RETURN(const std::string config, ReadTextFile(config_path));
-    Result<ChatTemplate> parsed = ChatTemplate::FromTokenizerConfig(config);
-    // Without --chat-template the config's own template must be good; with it, only the special
-    // tokens are taken from the config.
-    if (parsed.ok()) {
-      from_config = std::move(*parsed);
-    } else if (template_file.empty()) {
-      return parsed.status().WithContext(config_path);
-    }
-  }
-  if (template_file.empty()) {
-    if (!from_config) {
-      return NotFound(
-          "{} has no tokenizer_config.json with a chat template (--chat-template FILE "
-          "gives one)",
-          dir);
-    }
-    return *std::move(from_config);
-  }
-  Result<std::string> source = ReadTextFile(template_file);
-  if (!source.ok()) return source.status().WithContext("--chat-template");
-  Result<ChatTemplate> chat =
-      from_config ? from_config->WithTemplate(*source) : ChatTemplate::Parse(*source);
-  if (!chat.ok()) return chat.status().WithContext(template_file);
-  return chat;
-}
 
 // One JSON line: UTF-8 kept raw, as the input lines are.
 void PrintJsonLine(const ordered_json& j) { std::puts(j.dump(-1, ' ', false).c_str()); }
@@ -175,7 +133,7 @@ int Tokenize(const TokenizeOptions& o) {
     return s.ok() ? 0 : RuntimeError(kTokenize, s.WithContext("--texts-file"));
   }
   if (!o.chat_file.empty()) {
-    Result<ChatTemplate> chat = LoadChatTemplate(dir, o.chat_template);
+    Result<ChatTemplate> chat = RequireChatTemplate(dir, o.chat_template);
     if (!chat.ok()) return RuntimeError(kTokenize, chat.status());
     Status s = TokenizeChatFile(**tok, *chat, o.chat_file);
     return s.ok() ? 0 : RuntimeError(kTokenize, s.WithContext("--chat-file"));

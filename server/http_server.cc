@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <ctime>
@@ -202,7 +203,8 @@ struct HttpServer::Impl {
   std::optional<ApiError> Prepare(const json& body, Endpoint endpoint, GenerationRequest* r,
                                   std::vector<std::vector<int32_t>>* prompts,
                                   std::vector<std::string>* prompt_texts) const {
-    Result<GenerationRequest> parsed = ParseGenerationRequest(body, endpoint);
+    Result<GenerationRequest> parsed =
+        ParseGenerationRequest(body, endpoint, options.default_params);
     if (!parsed.ok()) return ToApiError(parsed.status());
     *r = std::move(*parsed);
     if (Status s = CheckModel(r->model); !s.ok()) return ToApiError(s);
@@ -210,7 +212,7 @@ struct HttpServer::Impl {
       Result<std::string> text = RenderChat(r->messages_json, r->tools_json,
                                             r->add_generation_prompt, r->chat_template_kwargs_json);
       if (!text.ok()) return ToApiError(text.status());
-      r->prompts.push_back({.text = std::move(*text)});
+      r->prompts.push_back({.text = std::move(*text), .ids = {}});
     }
     for (GenerationRequest::Prompt& p : r->prompts) {
       if (p.text) {
@@ -229,6 +231,13 @@ struct HttpServer::Impl {
     }
     for (const std::vector<int32_t>& prompt : *prompts) {
       if (std::optional<ApiError> e = CheckPrompt(prompt, r->params)) return e;
+    }
+    if (!r->params.ignore_eos) {
+      for (int32_t id : options.extra_eos_ids) {
+        if (!std::count(r->params.stop_token_ids.begin(), r->params.stop_token_ids.end(), id)) {
+          r->params.stop_token_ids.push_back(id);
+        }
+      }
     }
     for (const std::string& s : r->params.stop) {
       if (s.empty()) return ApiError{400, "stop: empty stop strings are not allowed", "stop"};

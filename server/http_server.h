@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "engine/sampling_params.h"
 #include "server/engine_loop.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -24,6 +25,10 @@ struct ServerOptions {
   std::string model_root;         // /v1/models' "root": the model folder
   int64_t vocab_size = 0;         // the model's (prompt ids must lie below it)
   size_t max_body_bytes = 16 << 20;
+  // Sampling defaults under each request's keys (generation_config.json's, as vLLM's
+  // --generation-config auto), and stop ids joining every request's unless ignore_eos.
+  engine::SamplingParams default_params;
+  std::vector<int32_t> extra_eos_ids;
 };
 
 class HttpServer {

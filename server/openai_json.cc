@@ -115,9 +115,11 @@ Status ReadChatKey(const std::string& key, const json& value, GenerationRequest*
 
 }  // namespace
 
-Result<GenerationRequest> ParseGenerationRequest(const json& body, Endpoint endpoint) {
+Result<GenerationRequest> ParseGenerationRequest(const json& body, Endpoint endpoint,
+                                                 const engine::SamplingParams& defaults) {
   if (!body.is_object()) return InvalidArgument("the request body must be a JSON object");
   GenerationRequest r;
+  r.params = defaults;
   r.endpoint = endpoint;
   r.add_special_tokens = endpoint == Endpoint::kCompletions;
   const bool chat = endpoint == Endpoint::kChat;

@@ -52,7 +52,9 @@ struct GenerationRequest {
 
 // Reads a request body (an object). Errors are InvalidArgument naming the field first, so that
 // ToApiError finds the parameter.
-Result<GenerationRequest> ParseGenerationRequest(const json& body, Endpoint endpoint);
+// Keys the body does not give keep their `defaults`.
+Result<GenerationRequest> ParseGenerationRequest(const json& body, Endpoint endpoint,
+                                                 const engine::SamplingParams& defaults = {});
 
 // A unique id: "cmpl-<32 hex>" / "chatcmpl-<32 hex>".
 std::string NewRequestId(Endpoint endpoint);

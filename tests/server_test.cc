@@ -895,3 +895,50 @@ TEST_F(ServerTest, Echo) {
 
 }  // namespace
 }  // namespace moeserve
+
+namespace moeserve {
+namespace {
+
+// vLLM's --generation-config auto: generation_config.json's sampling keys are the defaults under
+// each request's own, and its extra EOS ids stop generation unless ignore_eos.
+TEST_F(ServerTest, GenerationConfigDefaults) {
+  const json greedy = Generate(kPrompt, 6);
+  const int32_t first = greedy["token_ids"][0];
+  const fs::path model = *dir_ / "with_generation_config";
+  fs::create_directories(model);
+  for (const auto& entry : fs::directory_iterator(Model())) {
+    fs::copy(entry.path(), model / entry.path().filename());
+  }
+  // The first greedy token becomes an extra EOS id.
+  e2e::WriteFile(model / "generation_config.json",
+                 fmt::format(R"({{"temperature": 0.0, "top_k": 1, "eos_token_id": [{}]}})", first));
+  e2e::ServerProcess server({"--model", model.string(), "--max-model-len", "256"},
+                            *dir_ / "serve_generation_config.err");
+  ASSERT_TRUE(server.ok()) << server.log();
+  httplib::Client c("127.0.0.1", server.port());
+  const auto complete = [&](json body) {
+    body["prompt"] = kPrompt;
+    body["max_tokens"] = 6;
+    auto r = c.Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+    return r && r->status == 200 ? json::parse(r->body)["choices"][0] : json();
+  };
+  // No temperature in the request: the file's 0 makes it greedy; ignore_eos passes the extra EOS.
+  EXPECT_EQ(complete({{"ignore_eos", true}})["text"], greedy["text"]);
+  // Without ignore_eos the extra EOS ends it at once: vLLM's stop, the id as stop_reason, and
+  // the stop token's text left out.
+  const json stopped = complete(json::object());
+  EXPECT_EQ(stopped["finish_reason"], "stop");
+  EXPECT_EQ(stopped["stop_reason"], first);
+  EXPECT_EQ(stopped["text"], "");
+  // A request's own key wins over the file's.
+  EXPECT_EQ(
+      complete({{"ignore_eos", true}, {"temperature", 1.0}, {"top_k", 0}, {"seed", 1}}).is_object(),
+      true);
+  EXPECT_NE(server.log().find("generation_config.json: temperature=0"), std::string::npos)
+      << server.log();
+  EXPECT_EQ(server.Stop(), 0);
+}
+
+}  // namespace
+}  // namespace moeserve

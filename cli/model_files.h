@@ -1,0 +1,48 @@
+// The files of a model folder that the text-facing subcommands (tokenize, chat, serve) read
+// besides the weights: the chat template (tokenizer_config.json or --chat-template) and
+// generation_config.json's sampling defaults.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/sampling_params.h"
+#include "tokenizer/chat_template.h"
+
+namespace moeserve::cli {
+
+Result<std::string> ReadTextFile(const std::string& path);
+
+// The chat template: `file` (--chat-template; "" none) with tokenizer_config.json's special tokens
+// when the folder has them, else tokenizer_config.json's own. nullopt when there is neither; an
+// error when a template that would be used does not parse.
+Result<std::optional<tokenizer::ChatTemplate>> LoadChatTemplate(const std::string& dir,
+                                                                const std::string& file);
+// The same, with "none" as a NotFound error that says how to give one.
+Result<tokenizer::ChatTemplate> RequireChatTemplate(const std::string& dir,
+                                                    const std::string& file);
+
+// What the model folder's generation_config.json changes in the defaults (vLLM's
+// --generation-config auto: get_diff_sampling_param and update_from_generation_config).
+struct GenerationConfig {
+  std::optional<double> temperature, top_p, min_p, repetition_penalty;
+  std::optional<int64_t> top_k, max_new_tokens;
+  std::vector<int32_t> eos_token_ids;
+
+  // Sets the sampling keys the file gives, except those `keep` names (flags given), and returns
+  // "key=value" for each one set.
+  std::vector<std::string> ApplyTo(engine::SamplingParams* p,
+                                   const std::vector<std::string>& keep = {}) const;
+  // The file's EOS ids that the model's config lacks: vLLM stops on them too (unless
+  // ignore_eos), so they join a request's stop_token_ids.
+  std::vector<int32_t> ExtraEosIds(std::span<const int64_t> model_eos_ids) const;
+};
+
+// A folder without the file has no overrides; a malformed one is an error naming it.
+Result<GenerationConfig> LoadGenerationConfig(const std::string& dir);
+
+}  // namespace moeserve::cli
