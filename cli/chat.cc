@@ -354,7 +354,8 @@ class Chat {
     tokenizer::IncrementalDetokenizer detok(
         tok_, {.skip_special_tokens = params.skip_special_tokens,
                .stop = params.stop,
-               .include_stop_str_in_output = params.include_stop_str_in_output});
+               .include_stop_str_in_output = params.include_stop_str_in_output,
+               .min_tokens = params.min_tokens});
     const auto print = [&](const std::string& piece) {
       if (piece.empty()) return;
       answer.text += piece;

@@ -316,7 +316,8 @@ Result<std::vector<RequestResult>> RunRequests(engine::Engine& engine,
             *tok, tokenizer::DetokenizerOptions{
                       .skip_special_tokens = choices[c].skip_special_tokens,
                       .stop = choices[c].stop,
-                      .include_stop_str_in_output = choices[c].include_stop_str_in_output});
+                      .include_stop_str_in_output = choices[c].include_stop_str_in_output,
+                      .min_tokens = choices[c].min_tokens});
       }
     }
   }

@@ -11,7 +11,8 @@ ChoiceState::ChoiceState(const tokenizer::Tokenizer& tok, const engine::Sampling
                          size_t prompt_index)
     : detok(tok, {.skip_special_tokens = p.skip_special_tokens,
                   .stop = p.stop,
-                  .include_stop_str_in_output = p.include_stop_str_in_output}),
+                  .include_stop_str_in_output = p.include_stop_str_in_output,
+                  .min_tokens = p.min_tokens}),
       prompt(prompt_index),
       stop(p.stop),
       stop_token_ids(p.stop_token_ids) {}

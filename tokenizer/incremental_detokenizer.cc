@@ -13,6 +13,7 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer,
 std::string IncrementalDetokenizer::Add(int32_t id, bool ends_generation) {
   std::string out;
   if (stopped() || flushed_) return out;
+  ++num_ids_;
   if (ends_generation && !options_.include_stop_str_in_output) return out;
   const std::optional<std::string_view> bytes = tokenizer_.TokenBytes(id);
   // Unknown ids decode to nothing, as in Tokenizer::Decode.
@@ -21,7 +22,9 @@ std::string IncrementalDetokenizer::Add(int32_t id, bool ends_generation) {
   bytes_ += *bytes;
   const size_t before = pending_.size();
   bytes_.erase(0, AppendUtf8Lossy(bytes_, /*final=*/false, &pending_));
-  if (pending_.size() > before) Release(&out, before, /*final=*/false);
+  // Within min_tokens the new text counts as searched: no stop string can end in it.
+  const size_t searched = num_ids_ <= options_.min_tokens ? pending_.size() : before;
+  if (pending_.size() > before) Release(&out, searched, /*final=*/false);
   return out;
 }
 

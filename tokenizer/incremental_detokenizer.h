@@ -25,6 +25,9 @@ struct DetokenizerOptions {
   // Empty strings are ignored (the server rejects them, as vLLM does).
   std::vector<std::string> stop = {};
   bool include_stop_str_in_output = false;
+  // As vLLM: no stop string may end in the text of the first min_tokens ids (one may start
+  // there and end later).
+  int64_t min_tokens = 0;
 };
 
 class IncrementalDetokenizer {
@@ -59,6 +62,7 @@ class IncrementalDetokenizer {
   std::string pending_;  // decoded text not yet returned: held for a possible stop string
   int stop_index_ = -1;
   bool flushed_ = false;
+  int64_t num_ids_ = 0;  // ids fed
 };
 
 }  // namespace moeserve::tokenizer

@@ -157,6 +157,30 @@ TEST(IncrementalDetokenizerTest, StopTokenTextLeftOut) {
   }
 }
 
+// vLLM's min_tokens: a stop string ending within the first min_tokens ids' text does not count;
+// one that starts there and ends later does.
+TEST(IncrementalDetokenizerTest, NoStopWithinMinTokens) {
+  const std::string text = "Hello world, hello world again";
+  const std::vector<int32_t> ids = Encode(text);
+  size_t first_world_ids = 0;  // ids up to and including the first " world"
+  while (Qwen3().Decode(std::span(ids.data(), first_world_ids)).find("world") == std::string::npos)
+    ++first_world_ids;
+  const auto run = [&](std::vector<std::string> stop, int64_t min_tokens) {
+    DetokenizerOptions options = Options(false, std::move(stop));
+    options.min_tokens = min_tokens;
+    IncrementalDetokenizer detok(Qwen3(), options);
+    std::string out;
+    for (const int32_t id : ids) out += detok.Add(id);
+    return out + detok.Flush();
+  };
+  EXPECT_EQ(run({"world"}, 0), "Hello ");
+  EXPECT_EQ(run({"world"}, static_cast<int64_t>(first_world_ids - 1)), "Hello ");
+  EXPECT_EQ(run({"world"}, static_cast<int64_t>(first_world_ids)), "Hello world, hello ");
+  EXPECT_EQ(run({"world"}, static_cast<int64_t>(ids.size())), text);
+  // "world, h" starts inside the min_tokens text and ends after it.
+  EXPECT_EQ(run({"world, h"}, static_cast<int64_t>(first_world_ids)), "Hello ");
+}
+
 TEST(IncrementalDetokenizerTest, TextThatMayStartAStopStringIsHeldBack) {
   // Tokens: "Hello", " world", "," ...
   IncrementalDetokenizer detok(Qwen3(), Options(false, {"world!"}));
