@@ -39,6 +39,7 @@
 #include "cli/engine_flags.h"
 #include "cli/model_files.h"
 #include "cli/model_flags.h"
+#include "cli/sampling_flags.h"
 #include "core/log.h"
 #include "io/model_config.h"
 #include "tokenizer/chat_template.h"
@@ -508,21 +509,11 @@ int RunChat(const std::vector<std::string>& args) {
                "a Jinja chat template file instead of tokenizer_config.json's");
   flags.Int("max-tokens", &o.max_tokens,
             "tokens per answer at most (0: until the end of the turn or max_model_len)");
-  flags.Int("min-tokens", &p.min_tokens, "tokens before EOS or a stop id may end an answer");
   flags.Bool("ignore-eos", &p.ignore_eos,
              "keep generating past the end of the turn (until --max-tokens)");
   flags.Double("temperature", &p.temperature, "0: greedy, up to 2");
-  flags.Double("top-p", &p.top_p, "sample from the smallest set of tokens this likely, (0, 1]");
-  flags.Int("top-k", &p.top_k, "sample from the k most likely tokens (0 or -1: all)");
-  flags.Double("min-p", &p.min_p, "drop tokens below min-p times the top probability");
   flags.Int("seed", &o.seed, "sampling seed of every answer (-1: a random one)");
-  flags.Double("presence-penalty", &p.presence_penalty,
-               "subtracted from the logits of tokens already generated, [-2, 2]");
-  flags.Double("frequency-penalty", &p.frequency_penalty,
-               "times each generated token's count, subtracted from its logit, [-2, 2]");
-  flags.Double("repetition-penalty", &p.repetition_penalty,
-               "divides the positive logits of prompt and generated tokens and multiplies the "
-               "negative ones (> 1 discourages repeats)");
+  RegisterSamplingFlags(flags, p);
   flags.String("stop", &o.stop, "a stop string: the answer ends before it");
   if (std::optional<int> exit_code = ParseFlags(flags, args, kCommand)) return *exit_code;
   return Run(o, flags);

@@ -22,6 +22,7 @@
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/model_flags.h"
+#include "cli/sampling_flags.h"
 #include "core/check.h"
 #include "core/timer.h"
 #include "io/model_config.h"
@@ -553,21 +554,11 @@ int RunGenerate(const std::vector<std::string>& args) {
                "logit_bias, bad_words, ...); the flags below are their defaults");
   flags.Int("n", &p.n, "choices per request: n engine requests, seeded seed, seed + 1, ...");
   flags.Int("max-tokens", &p.max_tokens, "tokens to generate at most");
-  flags.Int("min-tokens", &p.min_tokens, "tokens before EOS or a stop id may end a request");
   flags.Bool("ignore-eos", &p.ignore_eos, "keep generating past the end-of-sequence token");
   flags.Double("temperature", &p.temperature,
                "0: greedy (generate's default, for reproducible runs; vLLM's is 1), up to 2");
-  flags.Double("top-p", &p.top_p, "sample from the smallest set of tokens this likely, (0, 1]");
-  flags.Int("top-k", &p.top_k, "sample from the k most likely tokens (0 or -1: all)");
-  flags.Double("min-p", &p.min_p, "drop tokens below min-p times the top probability");
   flags.Int("seed", &o.seed, "sampling seed of each request (-1: a random one)");
-  flags.Double("presence-penalty", &p.presence_penalty,
-               "subtracted from the logits of tokens already generated, [-2, 2]");
-  flags.Double("frequency-penalty", &p.frequency_penalty,
-               "times each generated token's count, subtracted from its logit, [-2, 2]");
-  flags.Double("repetition-penalty", &p.repetition_penalty,
-               "divides the positive logits of prompt and generated tokens and multiplies the "
-               "negative ones (> 1 discourages repeats)");
+  RegisterSamplingFlags(flags, p);
   flags.String("stop", &o.stop, "a stop string: the text ends before it");
   flags.Bool("include-stop-str-in-output", &p.include_stop_str_in_output,
              "keep the stop string at the end of the text");
