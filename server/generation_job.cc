@@ -55,6 +55,7 @@ Status GenerationJob::Pull(std::chrono::milliseconds timeout, std::vector<Delta>
     const bool stop_token = u.finished && u.finish_reason == engine::FinishReason::kStop;
     for (size_t t = 0; t < u.tokens.size() && !c.detok.stopped(); ++t) {
       c.tokens.push_back(u.tokens[t]);
+      ++d.num_tokens;
       if (t < u.logprobs.size()) d.logprobs.push_back(u.logprobs[t]);
       d.text += c.detok.Add(u.tokens[t], stop_token && t + 1 == u.tokens.size());
     }
@@ -196,8 +197,9 @@ std::string GenerationJob::NextEvents(std::chrono::milliseconds timeout) {
   for (size_t i = 0; i < deltas.size(); ++i) {
     const Delta& d = deltas[i];
     const ChoiceState& c = choices[i];
-    // Empty deltas (a prefill step, text held back for a stop string) are not sent.
-    if (!d.text.empty() || !d.logprobs.empty() || d.finished ||
+    // A delta with new tokens is sent even when their text is held back (a partial character, a
+    // possible stop string) or empty, as vLLM sends one per output; a prefill step's is not.
+    if (d.num_tokens > 0 || !d.text.empty() || d.finished ||
         (d.prompt_logprobs_arrived && request.return_prompt_logprobs) ||
         (echo() && !c.echoed && EchoReady(c))) {
       events += SseEvent(Chunk(i, d, false));

@@ -41,6 +41,7 @@ struct ChoiceState {
 // What one Pull added to a choice.
 struct Delta {
   bool prompt_logprobs_arrived = false;  // this Pull brought the choice's prompt logprobs
+  size_t num_tokens = 0;                 // new tokens (their text may be held back: empty)
   std::string text;
   std::vector<engine::SampledToken> logprobs;
   bool finished = false;  // this Pull finished the choice
