@@ -85,6 +85,9 @@ int Run(const Options& o) {
   options.max_body_bytes = static_cast<size_t>(o.max_body_mib) << 20;
   const std::vector<std::string> from_file = generation_config->ApplyTo(&options.default_params);
   options.extra_eos_ids = generation_config->ExtraEosIds(config->eos_token_ids);
+  if (generation_config->max_new_tokens.value_or(0) > 0) {
+    options.max_tokens_cap = generation_config->max_new_tokens;
+  }
   if (!from_file.empty()) {
     LogInfo("serve: sampling defaults from generation_config.json: {}", fmt::join(from_file, ", "));
   }

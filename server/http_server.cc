@@ -232,6 +232,9 @@ struct HttpServer::Impl {
     for (const std::vector<int32_t>& prompt : *prompts) {
       if (std::optional<ApiError> e = CheckPrompt(prompt, r->params)) return e;
     }
+    if (options.max_tokens_cap) {
+      r->params.max_tokens = std::min(r->params.max_tokens, *options.max_tokens_cap);
+    }
     if (!r->params.ignore_eos) {
       for (int32_t id : options.extra_eos_ids) {
         if (!std::count(r->params.stop_token_ids.begin(), r->params.stop_token_ids.end(), id)) {

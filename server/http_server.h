@@ -29,6 +29,9 @@ struct ServerOptions {
   // --generation-config auto), and stop ids joining every request's unless ignore_eos.
   engine::SamplingParams default_params;
   std::vector<int32_t> extra_eos_ids;
+  // generation_config.json's max_new_tokens: caps every request's max_tokens (vLLM's
+  // get_max_tokens takes the least of the request's, the context's room and this).
+  std::optional<int64_t> max_tokens_cap;
 };
 
 class HttpServer {

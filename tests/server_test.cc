@@ -900,7 +900,8 @@ namespace moeserve {
 namespace {
 
 // vLLM's --generation-config auto: generation_config.json's sampling keys are the defaults under
-// each request's own, and its extra EOS ids stop generation unless ignore_eos.
+// each request's own, its extra EOS ids stop generation unless ignore_eos, and its max_new_tokens
+// caps max_tokens.
 TEST_F(ServerTest, GenerationConfigDefaults) {
   const json greedy = Generate(kPrompt, 6);
   const int32_t first = greedy["token_ids"][0];
@@ -911,7 +912,9 @@ TEST_F(ServerTest, GenerationConfigDefaults) {
   }
   // The first greedy token becomes an extra EOS id.
   e2e::WriteFile(model / "generation_config.json",
-                 fmt::format(R"({{"temperature": 0.0, "top_k": 1, "eos_token_id": [{}]}})", first));
+                 fmt::format(R"({{"temperature": 0.0, "top_k": 1, "eos_token_id": [{}],
+                                  "max_new_tokens": 4}})",
+                             first));
   e2e::ServerProcess server({"--model", model.string(), "--max-model-len", "256"},
                             *dir_ / "serve_generation_config.err");
   ASSERT_TRUE(server.ok()) << server.log();
@@ -923,8 +926,11 @@ TEST_F(ServerTest, GenerationConfigDefaults) {
     EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
     return r && r->status == 200 ? json::parse(r->body)["choices"][0] : json();
   };
-  // No temperature in the request: the file's 0 makes it greedy; ignore_eos passes the extra EOS.
-  EXPECT_EQ(complete({{"ignore_eos", true}})["text"], greedy["text"]);
+  // No temperature in the request: the file's 0 makes it greedy; ignore_eos passes the extra EOS;
+  // max_tokens 6 is capped to the file's 4.
+  const json capped = complete({{"ignore_eos", true}});
+  EXPECT_EQ(capped["text"], Generate(kPrompt, 4)["text"]);
+  EXPECT_EQ(capped["finish_reason"], "length");
   // Without ignore_eos the extra EOS ends it at once: vLLM's stop, the id as stop_reason, and
   // the stop token's text left out.
   const json stopped = complete(json::object());
