@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The main job: installs dependencies, builds moeserve (Release), creates the default model if it
-# is absent, and starts the OpenAI-compatible server on it (http://127.0.0.1:8000, or $PORT).
+# The main job: installs dependencies, builds moeserve (Release) and starts the OpenAI-compatible
+# server on the default model, models/default (http://127.0.0.1:8000, or $PORT).
 # Once the server is ready it sends the printed curl example once, to show it works. Ctrl-C stops
 # the server.
 set -euo pipefail
@@ -11,10 +11,7 @@ cmake --preset release >/dev/null
 cmake --build --preset release -j "$(nproc)"
 
 moeserve=build/release/cli/moeserve
-model=models/small-random
-if [ ! -f "$model/config.json" ]; then
-  "$moeserve" make-model --arch qwen3_next --preset small --seed 0 --out "$model"
-fi
+model=models/default
 port=${PORT:-8000}
 
 "$moeserve" serve --model "$model" --served-model-name default --port "$port" &
@@ -27,7 +24,7 @@ for _ in $(seq 600); do
 done
 
 example="curl http://127.0.0.1:$port/v1/completions -H 'Content-Type: application/json' \\
-  -d '{\"model\": \"default\", \"prompt\": \"The quick brown fox\", \"max_tokens\": 16, \"temperature\": 0}'"
+  -d '{\"model\": \"default\", \"prompt\": \"And it came to pass\", \"max_tokens\": 32, \"temperature\": 0}'"
 echo
 echo "moeserve is serving $model as \"default\" on http://127.0.0.1:$port (Ctrl-C stops it). Try:"
 echo

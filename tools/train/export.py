@@ -80,9 +80,16 @@ def export(checkpoint, tokenizer_dir, out):
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
         f.write("\n")
+    # Generation ends at <|im_end|> (a chat answer) or <|endoftext|> (bos: the document
+    # separator), as Qwen's generation_config lists both. The sampling defaults (what `serve`
+    # and `chat` use for keys a request leaves out) were picked by reading samples of the
+    # trained model: a small model loops under greedy decoding, and a repetition penalty of 1.1
+    # breaks most loops without garbling the text.
     with open(os.path.join(out, "generation_config.json"), "w") as f:
-        json.dump({"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"],
-                   "do_sample": False}, f, indent=2)
+        json.dump({"bos_token_id": config["bos_token_id"],
+                   "eos_token_id": [config["eos_token_id"], config["bos_token_id"]],
+                   "do_sample": True, "temperature": 0.7, "top_p": 0.9,
+                   "repetition_penalty": 1.1}, f, indent=2)
         f.write("\n")
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(out, name))

@@ -2,7 +2,8 @@
 # The training tools end to end at toy size (ctest train_smoke): corpus slice -> `moeserve
 # train-tokenizer` -> two training steps of the tiny preset -> export -> moeserve's logits (main
 # and MTP) against the PyTorch model's, on the exported folder and on a make-model folder (whose
-# random weights have the scale of trained ones, so routing, gates and norms all matter).
+# random weights have the scale of trained ones, so routing, gates and norms all matter), and the
+# MTP acceptance measurement.
 #
 #   smoke_test.sh MOESERVE_BINARY WORK_DIR
 #
@@ -61,6 +62,10 @@ step "moeserve loads the folder and generates"
 step "logits: moeserve vs PyTorch"
 $PY "$HERE/check_logits.py" --moeserve "$MOESERVE" --model "$WORK/model" ||
   fail "moeserve's logits differ from the PyTorch model's (see above)"
+
+step "MTP acceptance (two short greedy continuations)"
+$PY "$HERE/mtp_acceptance.py" --model "$WORK/model" --tokens "$WORK/run/tokens.npz" --prompts 2 \
+  --prompt-tokens 16 --new-tokens 12 || fail "mtp_acceptance.py"
 
 step "logits on make-model's random weights (larger than a trained model's init)"
 "$MOESERVE" make-model --arch qwen3_next --preset tiny --seed 7 --out "$WORK/random" ||
