@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
+
 namespace moeserve::bench {
 namespace {
 
@@ -119,9 +121,10 @@ std::string RequestBody(const ClientOptions& o, const std::string& prompt, int64
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
   if (o.ignore_eos) body["ignore_eos"] = true;
-  const json extra = json::parse(o.extra_body, nullptr, false);
-  if (extra.is_object()) {
-    for (const auto& [key, value] : extra.items()) body[key] = value;
+  // Checked by the command line (cli/bench_serve.cc); what does not parse adds nothing.
+  const Result<json> extra = ParseJson(o.extra_body, "--extra-body");
+  if (extra.ok() && extra->is_object()) {
+    for (const auto& [key, value] : extra->items()) body[key] = value;
   }
   return body.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -167,8 +170,10 @@ void StreamRecorder::Feed(std::string_view bytes, double now) {
 
 void StreamRecorder::OnData(std::string_view data, double now) {
   if (data == "[DONE]") return;
-  const json chunk = json::parse(data, nullptr, false);
-  if (chunk.is_discarded() || !chunk.is_object()) {
+  // A server's chunk is input like any other: a nested one must not crash the benchmark.
+  const Result<json> parsed = ParseJson(data, "a stream chunk");
+  const json chunk = parsed.ok() ? *parsed : json();
+  if (!chunk.is_object()) {
     if (out_.error.empty()) out_.error = "malformed stream chunk: " + Shorten(std::string(data));
     return;
   }
@@ -271,8 +276,9 @@ Result<std::string> FirstModelId(const ClientOptions& o) {
   if (r->status != 200) {
     return Unavailable("GET {} answered HTTP {}: {}", url, r->status, Shorten(r->body));
   }
-  const json j = json::parse(r->body, nullptr, false);
-  if (j.is_discarded() || !j.contains("data") || !j["data"].is_array() || j["data"].empty() ||
+  const Result<json> parsed = ParseJson(r->body, "the model list");
+  const json j = parsed.ok() ? *parsed : json();
+  if (!j.contains("data") || !j["data"].is_array() || j["data"].empty() ||
       !j["data"][0].is_object() || !j["data"][0].contains("id") ||
       !j["data"][0]["id"].is_string()) {
     return Unavailable("GET {} did not list a model; pass --model", url);

@@ -20,6 +20,7 @@
 #include "bench/serve_client.h"
 #include "bench/serve_metrics.h"
 #include "cli/commands.h"
+#include "core/json.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::cli {
@@ -214,7 +215,7 @@ Result<Plan> MakePlan(Options& o, const FlagSet& flags) {
   if (flags.WasSet("presence-penalty")) extra["presence_penalty"] = o.presence_penalty;
   if (flags.WasSet("repetition-penalty")) extra["repetition_penalty"] = o.repetition_penalty;
   if (!o.extra_body.empty()) {
-    const json body = json::parse(o.extra_body, nullptr, false);
+    ASSIGN_OR_RETURN(const json body, ParseJson(o.extra_body, "--extra-body"));
     if (!body.is_object()) return InvalidArgument("--extra-body: not a JSON object");
     for (const auto& [key, value] : body.items()) extra[key] = value;
   }

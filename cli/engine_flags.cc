@@ -1,5 +1,8 @@
 #include "cli/engine_flags.h"
 
+#include <fmt/format.h>
+
+#include "core/check.h"
 #include "core/log.h"
 
 namespace moeserve::cli {
@@ -19,6 +22,11 @@ void EngineFlags::Register(FlagSet& flags) {
              "do not reuse the KV blocks of common prompt prefixes (hybrid models never do)");
   flags.Int("long-prefill-token-threshold", &config.long_prefill_token_threshold,
             "tokens of a prefill chunk, at most (0: no cap beyond --max-num-batched-tokens)");
+  flags.String("spec", &spec,
+               "speculative decoding: mtp:K (the model's MTP head drafts K tokens), ngram:K "
+               "(prompt lookup), K in 1..4, or none");
+  flags.Int("spec-disable-batch-size", &config.spec.disable_batch_size,
+            "no drafts while more requests than this run in a step (0: always draft)");
 }
 
 Status EngineFlags::Validate() const {
@@ -34,12 +42,19 @@ Status EngineFlags::Validate() const {
   if (config.long_prefill_token_threshold < 0) {
     return InvalidArgument("--long-prefill-token-threshold: must not be negative");
   }
-  return OkStatus();
+  if (config.spec.disable_batch_size < 0) {
+    return InvalidArgument("--spec-disable-batch-size: must not be negative");
+  }
+  return engine::ParseSpecFlag(spec).status();
 }
 
 engine::EngineConfig EngineFlags::ToConfig() const {
   engine::EngineConfig c = config;
   c.enable_prefix_caching = !no_enable_prefix_caching;
+  const Result<engine::SpecConfig> spec_config = engine::ParseSpecFlag(spec);
+  CHECK(spec_config.ok()) << "Validate first: " << spec_config.status().ToString();
+  c.spec.method = spec_config->method;
+  c.spec.num_speculative_tokens = spec_config->num_speculative_tokens;
   return c;
 }
 
@@ -50,9 +65,14 @@ Result<std::unique_ptr<engine::Engine>> CreateEngine(model::CausalLm& model,
   // Bytes as integers too: tests size --kv-cache-memory from kv_bytes / num_blocks.
   LogInfo(
       "engine: max_model_len {}, {} KV blocks of {} tokens ({} bytes, {:.1f} MiB), {} GDN "
-      "state slots ({:.1f} MiB), prefix caching {}",
+      "state slots ({:.1f} MiB), prefix caching {}, speculative decoding {}",
       l.max_model_len, l.num_blocks, l.block_size, l.kv_bytes, l.kv_bytes / 1048576.0,
-      l.num_state_slots, l.state_bytes / 1048576.0, l.prefix_caching ? "on" : "off");
+      l.num_state_slots, l.state_bytes / 1048576.0, l.prefix_caching ? "on" : "off",
+      !l.spec.enabled()                 ? std::string("off")
+      : l.spec.disable_batch_size == 0 ? engine::SpecName(l.spec)
+                                       : fmt::format("{} (paused above {} requests)",
+                                                     engine::SpecName(l.spec),
+                                                     l.spec.disable_batch_size));
   return engine;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cli/flags.h"
@@ -17,12 +18,14 @@ namespace moeserve::cli {
 struct EngineFlags {
   engine::EngineConfig config;  // the values flags write to, EngineConfig's defaults until set
   bool no_enable_prefix_caching = false;  // vLLM's spelling of the negated switch
+  std::string spec = "none";              // --spec mtp:K | ngram:K | none
 
   void Register(FlagSet& flags);
   // Checks each value on its own (a usage error naming the flag); what depends on the model
   // (--max-model-len against max_position_embeddings, the cache fitting one request) is
   // checked by Engine::Create.
   Status Validate() const;
+  // The config the flags describe (after Validate).
   engine::EngineConfig ToConfig() const;
 };
 

@@ -24,6 +24,7 @@
 #include "cli/model_flags.h"
 #include "cli/sampling_flags.h"
 #include "core/check.h"
+#include "core/json.h"
 #include "core/timer.h"
 #include "io/model_config.h"
 #include "server/sampling_json.h"
@@ -87,6 +88,11 @@ Status NameTheFlag(const Status& s) {
   return Status(s.code(), FlagName(first) + message.substr(first.size()));
 }
 
+json ParseJsonOrDiscarded(const std::string& text) {
+  Result<json> j = ParseJson(text, "");
+  return j.ok() ? std::move(*j) : json(json::value_t::discarded);
+}
+
 // The flags' SamplingParams. The flags that are not plain numbers -- the seed (-1: none), stop
 // strings, stop ids, logprobs (which exist only when given) -- are read as JSON values of their
 // keys, so that a flag and a line mean the same.
@@ -95,7 +101,7 @@ Result<engine::SamplingParams> SamplingDefaults(const Options& o, const FlagSet&
   const std::pair<std::string_view, json> values[] = {
       {"seed", o.seed},
       {"stop", o.stop},
-      {"stop_token_ids", json::parse("[" + o.stop_token_ids + "]", nullptr, false)},
+      {"stop_token_ids", ParseJsonOrDiscarded("[" + o.stop_token_ids + "]")},
       {"logprobs", o.logprobs},
       {"prompt_logprobs", o.prompt_logprobs},
   };
@@ -230,9 +236,8 @@ Result<std::vector<RequestSpec>> ReadPromptsFile(const std::string& path, const 
   for (int64_t number = 1; std::getline(in, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     RequestSpec spec{number - 1, fmt::format("{}:{}", path, number), {}, defaults};
-    json parsed = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    Status s = parsed.is_discarded() ? InvalidArgument("not valid JSON")
-                                     : ParseRequestLine(parsed, ctx, spec);
+    Result<json> parsed = ParseJson(line, "the line");
+    Status s = parsed.ok() ? ParseRequestLine(*parsed, ctx, spec) : parsed.status();
     if (!s.ok()) return s.WithContext(spec.origin);
     specs.push_back(std::move(spec));
   }
@@ -271,6 +276,7 @@ struct RequestResult {
   double last_token_ms = 0;
   int64_t num_cached_tokens = 0;  // prompt tokens the prefix cache supplied
   int64_t num_preemptions = 0;
+  engine::SpecDecodeStats spec_decode;  // drafts and their acceptance
   // When asked: one per output token, and one per prompt token after the first.
   std::vector<engine::SampledToken> logprobs;
   std::vector<engine::SampledToken> prompt_logprobs;
@@ -360,6 +366,7 @@ Result<std::vector<RequestResult>> RunRequests(engine::Engine& engine,
           result.hit_stop_string() ? engine::FinishReason::kStop : r->finish_reason;
       result.num_cached_tokens = r->num_cached_tokens;
       result.num_preemptions = r->num_preemptions;
+      result.spec_decode = r->spec;
       result.logprobs.assign(
           r->output_logprobs.begin(),
           r->output_logprobs.begin() + std::min(r->output_logprobs.size(), result.tokens.size()));
@@ -400,9 +407,19 @@ ordered_json PositionsJson(const std::vector<engine::SampledToken>& positions, b
   return out;
 }
 
+// Drafts and their acceptance, vLLM's counters: per draft position, how often it was accepted.
+ordered_json SpecJson(const engine::SpecDecodeStats& s) {
+  return {{"num_drafts", s.num_drafts},
+          {"num_draft_tokens", s.num_draft_tokens},
+          {"num_accepted_tokens", s.num_accepted_tokens},
+          {"num_accepted_tokens_per_pos", s.accepted_per_pos},
+          {"acceptance_rate", s.acceptance_rate()},
+          {"mean_acceptance_length", s.mean_acceptance_length()}};
+}
+
 // {"requests": [...]}, one per choice of each request in input order, with CLI.md's keys.
 void PrintJson(const std::vector<RequestSpec>& specs, const std::vector<RequestResult>& results,
-               bool has_text) {
+               bool has_text, bool spec_decode) {
   ordered_json requests = ordered_json::array();
   for (const RequestResult& r : results) {
     const RequestSpec& spec = specs[r.spec];
@@ -417,6 +434,7 @@ void PrintJson(const std::vector<RequestSpec>& specs, const std::vector<RequestR
     request["num_prompt_tokens"] = spec.prompt.size();
     request["num_cached_tokens"] = r.num_cached_tokens;
     request["num_preemptions"] = r.num_preemptions;
+    if (spec_decode) request["spec"] = SpecJson(r.spec_decode);
     if (spec.params.logprobs) request["logprobs"] = PositionsJson(r.logprobs, false);
     if (spec.params.prompt_logprobs) {
       request["prompt_logprobs"] = PositionsJson(r.prompt_logprobs, /*first_is_null=*/true);
@@ -507,7 +525,7 @@ int Run(const Options& o, const engine::SamplingParams& defaults) {
   if (*dump && !(*dump)->status().ok()) return RuntimeError(kCommand, (*dump)->status());
 
   if (o.json) {
-    PrintJson(specs, *results, has_text);
+    PrintJson(specs, *results, has_text, (*engine)->layout().spec.enabled());
   } else if (single) {
     const RequestResult& r = results->front();
     // With a tokenizer the text was streamed; without one, the ids are the output.
@@ -523,6 +541,14 @@ int Run(const Options& o, const engine::SamplingParams& defaults) {
                specs.front().prompt.size(), r.tokens.size(),
                engine::FinishReasonName(r.finish_reason), r.first_token_ms, tpot_ms,
                tpot_ms > 0 ? 1000.0 / tpot_ms : 0.0);
+    if ((*engine)->layout().spec.enabled()) {
+      fmt::print(stderr,
+                 "generate: {} drafts, {} of {} draft tokens accepted ({:.1f} %), mean "
+                 "acceptance length {:.2f}\n",
+                 r.spec_decode.num_drafts, r.spec_decode.num_accepted_tokens,
+                 r.spec_decode.num_draft_tokens, 100.0 * r.spec_decode.acceptance_rate(),
+                 r.spec_decode.mean_acceptance_length());
+    }
   } else {
     size_t generated = 0;
     for (const RequestResult& r : *results) generated += r.tokens.size();

@@ -8,6 +8,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include "core/json.h"
 
 namespace moeserve::cli {
 
@@ -86,7 +87,7 @@ Result<GenerationConfig> LoadGenerationConfig(const std::string& dir) {
   const std::string path = dir + "/generation_config.json";
   if (!std::filesystem::exists(path)) return g;
   ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path));
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  ASSIGN_OR_RETURN(const json j, ParseJson(text, path));
   if (!j.is_object()) return InvalidArgument("{}: not a JSON object", path);
   const auto number = [&](const char* key, std::optional<double>* out) -> Status {
     const auto it = j.find(key);

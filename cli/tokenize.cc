@@ -14,6 +14,7 @@
 #include <optional>
 #include <sstream>
 
+#include "core/json.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/model_files.h"
@@ -55,12 +56,10 @@ Status ForEachJsonLine(const std::string& path,
   std::string line;
   for (int64_t number = 1; std::getline(in, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    ordered_json object;
-    try {
-      object = ordered_json::parse(line);
-    } catch (const ordered_json::exception& e) {
-      return InvalidArgument("{}:{}: not valid JSON: {}", path, number, e.what());
-    }
+    Result<ordered_json> parsed =
+        ParseJson<ordered_json>(line, fmt::format("{}:{}", path, number));
+    if (!parsed.ok()) return parsed.status();
+    const ordered_json& object = *parsed;
     if (!object.is_object()) return InvalidArgument("{}:{}: expected a JSON object", path, number);
     if (Status s = fn(object); !s.ok()) return s.WithContext(fmt::format("{}:{}", path, number));
   }

@@ -62,7 +62,20 @@ Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig&
                            e.long_prefill_token_threshold, l.prefill_alignment);
   }
   l.prefix_caching = e.enable_prefix_caching && !c.is_hybrid();
-  l.num_state_slots = c.is_hybrid() ? e.max_num_seqs : 0;
+  l.spec = e.spec;
+  if (e.spec.enabled()) {
+    if (e.spec.num_speculative_tokens < 1 || e.spec.num_speculative_tokens > kMaxSpeculativeTokens) {
+      return InvalidArgument("--spec: K must be in [1, {}] (got {})", kMaxSpeculativeTokens,
+                             e.spec.num_speculative_tokens);
+    }
+    if (e.spec.disable_batch_size < 0) {
+      return InvalidArgument("--spec-disable-batch-size must be >= 0 (got {})",
+                             e.spec.disable_batch_size);
+    }
+  }
+  // A verify run keeps the GDN state after each draft in a slot of its own (K per request).
+  const int64_t spec_slots = e.spec.enabled() ? e.spec.num_speculative_tokens : 0;
+  l.num_state_slots = c.is_hybrid() ? e.max_num_seqs * (1 + spec_slots) : 0;
 
   const int64_t per_block = KvBytesPerBlock(c, e.block_size);
   const int64_t blocks_per_request = CeilDiv(l.max_model_len, e.block_size);
@@ -86,16 +99,36 @@ Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig&
 }  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::Create(model::CausalLm& model, const EngineConfig& config) {
+  if (config.spec.method == SpecMethod::kMtp && !model.has_mtp()) {
+    return InvalidArgument("--spec {}: the model has no MTP layer (no mtp.* weights); use ngram:K",
+                           SpecName(config.spec));
+  }
   ASSIGN_OR_RETURN(EngineLayout layout, ResolveLayout(model.config(), config));
   const int64_t blocks_per_request = CeilDiv(layout.max_model_len, layout.block_size);
-  SchedulerConfig scheduler{config.max_num_seqs, config.max_num_batched_tokens,
-                            layout.max_model_len, layout.prefill_alignment,
-                            config.long_prefill_token_threshold};
-  KvCacheConfig cache{layout.num_blocks, layout.block_size, layout.num_state_slots,
-                      blocks_per_request, layout.prefix_caching};
-  RunnerConfig runner{model::CacheSizes{layout.num_blocks, layout.block_size,
-                                        std::max<int64_t>(layout.num_state_slots, 1)},
-                      config.max_num_seqs, config.max_num_batched_tokens, blocks_per_request};
+  const SpecConfig& spec = layout.spec;
+  const int64_t K = spec.enabled() ? spec.num_speculative_tokens : 0;
+  const SchedulerConfig scheduler{.max_num_seqs = config.max_num_seqs,
+                                  .max_num_batched_tokens = config.max_num_batched_tokens,
+                                  .max_model_len = layout.max_model_len,
+                                  .prefill_alignment = layout.prefill_alignment,
+                                  .long_prefill_token_threshold =
+                                      config.long_prefill_token_threshold,
+                                  .num_speculative_tokens = K,
+                                  .spec_lookahead = spec.enabled() ? spec.lookahead() : 0};
+  const KvCacheConfig cache{.num_blocks = layout.num_blocks,
+                            .block_size = layout.block_size,
+                            .num_state_slots = layout.num_state_slots,
+                            .spec_state_slots_per_request = layout.num_state_slots > 0 ? K : 0,
+                            .max_blocks_per_request = blocks_per_request,
+                            .enable_prefix_caching = layout.prefix_caching};
+  const RunnerConfig runner{
+      .cache = model::CacheSizes{layout.num_blocks, layout.block_size,
+                                 std::max<int64_t>(layout.num_state_slots, 1)},
+      .max_num_seqs = config.max_num_seqs,
+      .max_num_batched_tokens = config.max_num_batched_tokens,
+      .max_blocks_per_request = blocks_per_request,
+      .max_model_len = layout.max_model_len,
+      .spec = spec};
   return std::make_unique<Engine>(model, layout, scheduler, cache, runner);
 }
 
@@ -156,8 +189,8 @@ Result<int64_t> Engine::AddRequest(std::vector<int32_t> prompt, SamplingParams p
 const std::vector<Request*>& Engine::Step() {
   const SchedulerOutput& out = scheduler_.Schedule();
   last_schedule_ = &out;
-  const int32_t* sampled = runner_->Execute(out);
-  return scheduler_.Update(out, sampled);
+  const StepOutput& step = runner_->Execute(out);
+  return scheduler_.Update(out, step);
 }
 
 }  // namespace moeserve::engine

@@ -16,6 +16,7 @@
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/spec_decode.h"
 #include "model/causal_lm.h"
 
 namespace moeserve::engine {
@@ -29,6 +30,7 @@ struct EngineConfig {
   int64_t block_size = 16;
   bool enable_prefix_caching = true;  // attention-only models; hybrid models run without it
   int64_t long_prefill_token_threshold = 0;
+  SpecConfig spec;  // --spec, --spec-disable-batch-size
 };
 
 // What a configuration resolved to, for logs and tests.
@@ -41,6 +43,7 @@ struct EngineLayout {
   int64_t state_bytes = 0;
   int64_t prefill_alignment = 1;
   bool prefix_caching = false;
+  SpecConfig spec;
 };
 
 // vLLM's parallel sampling: n > 1 becomes n requests with n = 1, choice i seeded seed + i when a
@@ -80,6 +83,8 @@ class Engine {
   int64_t num_running() const { return scheduler_.num_running(); }
   int64_t num_waiting() const { return scheduler_.num_waiting(); }
   double kv_cache_usage() const { return cache_manager_.usage(); }
+  // Speculative decoding counts over every request so far.
+  const SpecDecodeStats& spec_stats() const { return scheduler_.spec_stats(); }
   const KvCacheManager& cache_manager() const { return cache_manager_; }
   const ModelRunner& runner() const { return *runner_; }
   // The last step's scheduler output (for tests and traces); only after a Step.

@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "core/check.h"
 #include "core/heap_counter.h"
 
 namespace moeserve::engine {
@@ -29,6 +30,21 @@ std::unique_ptr<model::CausalLm> LoadModel(const std::string& dir) {
   Result<std::unique_ptr<model::CausalLm>> lm = model::CausalLm::Load(dir, {.weight_dtype = std::nullopt, .threads = 2});
   EXPECT_TRUE(lm.ok()) << lm.status().ToString();
   return lm.ok() ? std::move(*lm) : nullptr;
+}
+
+// A hybrid model with an MTP layer (random weights: its drafts are mostly rejected), made once per
+// test binary run.
+const std::string& HybridMtpDir() {
+  static const std::string dir = [] {
+    const fs::path path =
+        fs::temp_directory_path() / fmt::format("moeserve_engine_mtp_{}", getpid());
+    const std::string cmd = fmt::format("{} make-model --arch qwen3_next --preset tiny --seed 6 "
+                                        "--mtp-layers 1 --out {} 2>/dev/null",
+                                        MOESERVE_BINARY, path.string());
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    return path.string();
+  }();
+  return dir;
 }
 
 // An attention-only MoE model (prefix caching applies), made once per test binary run.
@@ -91,12 +107,16 @@ std::vector<Trace> RunAll(Engine& engine, const std::vector<std::vector<int32_t>
     const SchedulerOutput& out = engine.last_schedule();
     if (preemptions != nullptr) *preemptions += static_cast<int64_t>(out.preempted_ids.size());
     for (size_t i = 0; i < out.scheduled.size(); ++i) {
-      const float* logits = engine.runner().logits_of(static_cast<int64_t>(i));
-      if (logits == nullptr) continue;
       Trace& t = traces[index_of.at(out.scheduled[i].request->id)];
       const Request* r = engine.Find(out.scheduled[i].request->id);
-      t.tokens.push_back(r->output_token_ids.back());
-      t.logits.emplace_back(logits, logits + engine.model().config().vocab_size);
+      // Each token the step emitted (several with accepted drafts; those after a stop are
+      // dropped) and the logits row it came from.
+      for (int64_t j = 0; t.tokens.size() < r->output_token_ids.size(); ++j) {
+        const float* logits = engine.runner().logits_of(static_cast<int64_t>(i), j);
+        if (logits == nullptr) break;
+        t.tokens.push_back(r->output_token_ids[t.tokens.size()]);
+        t.logits.emplace_back(logits, logits + engine.model().config().vocab_size);
+      }
     }
     EXPECT_LT(step, 100000) << "engine does not finish";
   }
@@ -491,6 +511,138 @@ TEST(EngineTest, MaxModelLenCapsGeneration) {
   while ((*engine)->HasUnfinished()) (*engine)->Step();
   EXPECT_EQ((*engine)->Find(id)->num_output_tokens(), 4);
   EXPECT_EQ((*engine)->Find(id)->finish_reason, FinishReason::kLength);
+}
+
+// ---- speculative decoding --------------------------------------------------------------------
+
+// Prompts a prompt-lookup drafter finds matches in: a random phrase repeated, then a tail.
+std::vector<std::vector<int32_t>> RepetitivePrompts(int64_t vocab) {
+  std::vector<std::vector<int32_t>> prompts;
+  const int64_t lengths[] = {150, 9, 70, 3, 100, 33, 16, 64};
+  for (int i = 0; i < 8; ++i) {
+    const std::vector<int32_t> phrase = RandomPrompt(3 + i % 4, 500 + i, vocab);
+    std::vector<int32_t> p;
+    while (static_cast<int64_t>(p.size()) < lengths[i]) p.push_back(phrase[p.size() % phrase.size()]);
+    prompts.push_back(p);
+  }
+  return prompts;
+}
+
+struct SpecCase {
+  const char* name;
+  std::string model;
+  std::string spec;
+};
+
+// Greedy output with drafts equals greedy output without, token for token, and every emitted
+// token's logits are bit-identical to decoding without speculation (DESIGN.md principle 2): for
+// K = 1..4, a request alone, eight at once, eight arriving one every 3 steps, and a 64-token
+// budget that chunks prompts and trims drafts. Returns the drafts accepted and verified.
+std::pair<int64_t, int64_t> ExpectSpecEqualsPlain(const SpecCase& c) {
+  auto lm = LoadModel(c.model);
+  EXPECT_TRUE(lm);
+  if (!lm) return {0, 0};
+  const auto prompts = RepetitivePrompts(lm->config().vocab_size);
+  const EngineConfig plain{.max_num_seqs = 8, .max_num_batched_tokens = 512, .max_model_len = 256};
+  std::vector<Trace> alone;
+  for (const auto& p : prompts) alone.push_back(RunAlone(*lm, plain, p, 24));
+  int64_t accepted = 0, drafted = 0;
+  for (int64_t k = 1; k <= kMaxSpeculativeTokens; ++k) {
+    Result<SpecConfig> spec = ParseSpecFlag(fmt::format("{}:{}", c.spec, k));
+    CHECK(spec.ok());
+    EngineConfig roomy = plain;
+    roomy.spec = *spec;
+    EngineConfig tight = roomy;
+    tight.max_num_batched_tokens = 64;
+    for (size_t i = 0; i < prompts.size(); i += 3) {
+      ExpectBitIdentical(RunAlone(*lm, roomy, prompts[i], 24), alone[i],
+                         fmt::format("{} K={} alone request {}", c.name, k, i));
+    }
+    for (const auto& [config, stagger] :
+         {std::pair{roomy, int64_t{0}}, std::pair{roomy, int64_t{3}}, std::pair{tight, int64_t{0}}}) {
+      auto engine = Engine::Create(*lm, config);
+      CHECK(engine.ok()) << engine.status().ToString();
+      const std::vector<Trace> batched = RunAll(**engine, prompts, 24, stagger);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        ExpectBitIdentical(batched[i], alone[i],
+                           fmt::format("{} K={} budget {} stagger {} request {}", c.name, k,
+                                       config.max_num_batched_tokens, stagger, i));
+      }
+      accepted += (*engine)->spec_stats().num_accepted_tokens;
+      drafted += (*engine)->spec_stats().num_draft_tokens;
+    }
+  }
+  std::printf("%s: %lld of %lld drafts accepted\n", c.name, static_cast<long long>(accepted),
+              static_cast<long long>(drafted));
+  return {accepted, drafted};
+}
+
+// Random weights rarely continue their prompt: drafts are verified and (mostly) rejected, which
+// must drop the rejected positions' state and KV.
+TEST(EngineSpecTest, NgramGreedyIsBitIdenticalOnTheGoldenModel) {
+  const auto [accepted, drafted] = ExpectSpecEqualsPlain({"ngram golden", kHybridDir, "ngram"});
+  EXPECT_GT(drafted, 0) << "no draft was proposed: the test lost its point";
+}
+
+TEST(EngineSpecTest, MtpGreedyIsBitIdenticalOnTheGoldenModel) {
+  const auto [accepted, drafted] = ExpectSpecEqualsPlain({"mtp golden", kHybridDir, "mtp"});
+  EXPECT_GT(drafted, 0) << "no draft was proposed: the test lost its point";
+}
+
+TEST(EngineSpecTest, MtpGreedyIsBitIdenticalOnARandomMtpModel) {
+  const auto [accepted, drafted] = ExpectSpecEqualsPlain({"mtp random", HybridMtpDir(), "mtp"});
+  EXPECT_GT(drafted, 0) << "no draft was proposed: the test lost its point";
+}
+
+// The trained model's MTP head agrees often: both outcomes, accepted runs (several tokens a
+// step, state slots traded) and rejections, on a hybrid model.
+TEST(EngineSpecTest, MtpGreedyIsBitIdenticalOnTheDefaultModel) {
+  const auto [accepted, drafted] =
+      ExpectSpecEqualsPlain({"mtp default model", MOESERVE_DEFAULT_MODEL_DIR, "mtp"});
+  EXPECT_GT(accepted, 0) << "no draft was ever accepted: the test lost its point";
+  EXPECT_LT(accepted, drafted) << "no draft was ever rejected: the test lost its point";
+}
+
+TEST(EngineSpecTest, NgramOnAnAttentionOnlyModelWithPrefixCaching) {
+  const auto [accepted, drafted] =
+      ExpectSpecEqualsPlain({"ngram qwen3-moe", Qwen3MoeDir(), "ngram"});
+  EXPECT_GT(accepted, 0) << "no draft was ever accepted: the test lost its point";
+  EXPECT_LT(accepted, drafted) << "no draft was ever rejected: the test lost its point";
+}
+
+TEST(EngineSpecTest, PreemptionInTheMiddleKeepsTheTokens) {
+  auto lm = LoadModel(HybridMtpDir());
+  ASSERT_TRUE(lm);
+  const int64_t V = lm->config().vocab_size;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) prompts.push_back(RandomPrompt(40 + 9 * i, 300 + i, V));
+  EngineConfig roomy{.max_num_seqs = 8, .max_num_batched_tokens = 512, .max_model_len = 128};
+  EngineConfig small = roomy;
+  small.spec = *ParseSpecFlag("mtp:3");
+  auto probe = Engine::Create(*lm, roomy);
+  ASSERT_TRUE(probe.ok());
+  const double block_gib = static_cast<double>((*probe)->layout().kv_bytes) /
+                           (*probe)->layout().num_blocks / (1024.0 * 1024.0 * 1024.0);
+  small.kv_cache_memory_gib = 8.5 * block_gib;
+  auto engine = Engine::Create(*lm, small);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  int64_t preemptions = 0;
+  const std::vector<Trace> traces = RunAll(**engine, prompts, 20, 0, &preemptions);
+  EXPECT_GT(preemptions, 0) << "the test did not exercise preemption";
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(traces[i].tokens, RunAlone(*lm, roomy, prompts[i], 20).tokens) << "request " << i;
+  }
+}
+
+TEST(EngineSpecTest, MtpNeedsAnMtpLayer) {
+  auto lm = LoadModel(Qwen3MoeDir());
+  ASSERT_TRUE(lm);
+  EngineConfig config{.max_num_seqs = 2, .max_num_batched_tokens = 256, .max_model_len = 256};
+  config.spec = *ParseSpecFlag("mtp:2");
+  Result<std::unique_ptr<Engine>> engine = Engine::Create(*lm, config);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_NE(engine.status().message().find("no MTP layer"), std::string::npos)
+      << engine.status().message();
 }
 
 }  // namespace

@@ -56,6 +56,7 @@ KvCacheManager::KvCacheManager(const KvCacheConfig& config) : config_(config) {
 
 void KvCacheManager::ReserveFor(Request& r) const {
   r.block_ids.reserve(config_.max_blocks_per_request);
+  r.spec_state_slots.reserve(config_.spec_state_slots_per_request);
 }
 
 // ---- free queue -------------------------------------------------------------------------------
@@ -117,16 +118,23 @@ bool KvCacheManager::Allocate(Request& r, int64_t num_new_tokens) {
       << "request " << r.id << " would outgrow max_blocks_per_request";
   const int64_t new_blocks =
       std::max<int64_t>(0, blocks_needed - static_cast<int64_t>(r.block_ids.size()));
-  const bool needs_state_slot = config_.num_state_slots > 0 && r.state_slot < 0;
+  const bool needs_state_slots = config_.num_state_slots > 0 && r.state_slot < 0;
+  const int64_t slots_per_request = 1 + config_.spec_state_slots_per_request;
 
   // All or nothing: check everything before taking anything.
   if (new_blocks > num_free_blocks_) return false;
-  if (needs_state_slot && free_state_slots_.empty()) return false;
+  if (needs_state_slots && static_cast<int64_t>(free_state_slots_.size()) < slots_per_request) {
+    return false;
+  }
 
   for (int64_t i = 0; i < new_blocks; ++i) r.block_ids.push_back(TakeFreeBlock());
-  if (needs_state_slot) {
+  if (needs_state_slots) {
     r.state_slot = free_state_slots_.back();
     free_state_slots_.pop_back();
+    for (int64_t i = 1; i < slots_per_request; ++i) {
+      r.spec_state_slots.push_back(free_state_slots_.back());
+      free_state_slots_.pop_back();
+    }
   }
   return true;
 }
@@ -142,7 +150,12 @@ void KvCacheManager::Free(Request& r) {
   r.block_ids.clear();  // keeps the capacity reserved at admission
 
   if (r.state_slot >= 0) {
-    CHECK_LT(static_cast<int64_t>(free_state_slots_.size()), config_.num_state_slots)
+    // Extra slots first, so the request's main slot is the next one handed out.
+    for (auto it = r.spec_state_slots.rbegin(); it != r.spec_state_slots.rend(); ++it) {
+      free_state_slots_.push_back(*it);
+    }
+    r.spec_state_slots.clear();
+    CHECK_LE(static_cast<int64_t>(free_state_slots_.size()), config_.num_state_slots - 1)
         << "state slot " << r.state_slot << " freed twice";
     free_state_slots_.push_back(r.state_slot);
     r.state_slot = -1;

@@ -25,6 +25,9 @@ struct KvCacheConfig {
   int64_t num_blocks = 0;              // KV blocks in the pool (>= 1)
   int64_t block_size = 16;             // token positions per block
   int64_t num_state_slots = 0;         // GDN state slots; 0 for models without GDN layers
+  // Speculative decoding on a hybrid model: a running request also holds this many extra state
+  // slots, where a verify run keeps the state after each draft (model/cache.h, verify_slots).
+  int64_t spec_state_slots_per_request = 0;
   int64_t max_blocks_per_request = 0;  // cdiv(max_model_len, block_size)
   bool enable_prefix_caching = false;
 };
@@ -46,16 +49,16 @@ class KvCacheManager {
   // prefix caching is off or the request skips it). Counts queries and hits in the statistics.
   int64_t TakeCachedPrefix(Request& r);
 
-  // Ensures r holds blocks for positions [0, r.num_computed_tokens + num_new_tokens), and a
-  // state slot when the model has GDN layers. Returns false, taking nothing, when the pool
-  // cannot supply them (the caller preempts or waits).
+  // Ensures r holds blocks for positions [0, r.num_computed_tokens + num_new_tokens), and its
+  // state slots (1 + spec_state_slots_per_request) when the model has GDN layers. Returns
+  // false, taking nothing, when the pool cannot supply them (the caller preempts or waits).
   bool Allocate(Request& r, int64_t num_new_tokens);
 
   // Publishes r's blocks that are full and computed -- positions < num_computed_tokens -- in the
   // prefix cache (no-op when prefix caching is off). Called after each step.
   void CacheFullBlocks(const Request& r);
 
-  // Releases r's blocks (in reverse order, so tails are evicted first) and state slot.
+  // Releases r's blocks (in reverse order, so tails are evicted first) and state slots.
   void Free(Request& r);
 
   // Forgets every cached prefix (blocks not in use become plain free blocks).

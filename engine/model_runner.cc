@@ -1,6 +1,7 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 
 #include "core/check.h"
@@ -11,9 +12,11 @@ namespace moeserve::engine {
 ModelRunner::ModelRunner(model::CausalLm& model, const RunnerConfig& config)
     : model_(model), config_(config), cache_(model.config(), config.cache) {
   const int64_t rows = config.max_num_seqs, tokens = config.max_num_batched_tokens;
+  const int64_t K = config.spec.enabled() ? config.spec.num_speculative_tokens : 0;
   CHECK_GT(rows, 0);
   CHECK_GT(tokens, 0);
   CHECK_GT(config.max_blocks_per_request, 0);
+  CHECK(config.spec.method != SpecMethod::kMtp || model.has_mtp()) << "the model has no MTP head";
   block_tables_.assign(rows * config.max_blocks_per_request, 0);
   row_num_blocks_.assign(rows, 0);
   row_of_.reserve(rows);
@@ -31,7 +34,32 @@ ModelRunner::ModelRunner(model::CausalLm& model, const RunnerConfig& config)
   logits_index_.resize(seqs);
   prompt_rows_.resize(seqs);
   sample_scratch_.resize(2 * model.config().vocab_size);
-  model_.Reserve(tokens, seqs);
+  // Sampled rows: one per request, or 1 + K with drafts.
+  const int64_t sampled_rows = std::min(tokens, seqs * (1 + K));
+  step_.token_start.resize(seqs + 1);
+  step_.tokens.reserve(sampled_rows);
+  step_.draft_start.resize(seqs + 1);
+  step_.drafts.reserve(seqs * K);
+  if (config.spec.enabled()) {
+    verify_slot_ids_.resize(seqs * (1 + K));
+    verify_slots_.resize(seqs);
+    history_.reserve(config.max_model_len + K + 1);
+    draft_budget_.resize(seqs);
+  }
+  if (config.spec.method == SpecMethod::kMtp) {
+    const int64_t H = model.config().hidden_size;
+    mtp_tokens_.resize(tokens);
+    mtp_positions_.resize(tokens);
+    mtp_seq_of_.resize(tokens);
+    mtp_query_start_.resize(seqs + 1);
+    mtp_block_tables_.resize(seqs);
+    mtp_logits_rows_.resize(seqs);
+    mtp_request_.resize(seqs);
+    mtp_last_pos_.resize(seqs);
+    mtp_hidden_in_.resize(tokens * H);
+    mtp_drafts_.resize(seqs * K);
+  }
+  model_.Reserve(tokens, sampled_rows);
 }
 
 int32_t ModelRunner::AddRow(int64_t request_id) {
@@ -53,15 +81,17 @@ void ModelRunner::RemoveRow(int64_t request_id) {
   row_of_.erase(it);
 }
 
-const int32_t* ModelRunner::Execute(const SchedulerOutput& out) {
+const StepOutput& ModelRunner::Execute(const SchedulerOutput& out) {
   // Rows of requests that left the running set since the last step.
   for (int64_t id : out.finished_ids) RemoveRow(id);
   for (int64_t id : out.preempted_ids) RemoveRow(id);
 
   const int64_t num_seqs = static_cast<int64_t>(out.scheduled.size());
+  const int64_t K = config_.spec.num_speculative_tokens;
   CHECK_LE(num_seqs, static_cast<int64_t>(sampled_.size()));
   CHECK_LE(out.total_num_scheduled_tokens, config_.max_num_batched_tokens);
   int64_t num_tokens = 0, num_logits = 0;
+  bool any_verify = false;
   query_start_[0] = 0;
   for (int64_t i = 0; i < num_seqs; ++i) {
     const ScheduledRequest& s = out.scheduled[i];
@@ -87,14 +117,29 @@ const int32_t* ModelRunner::Execute(const SchedulerOutput& out) {
     for (int64_t b = row_num_blocks_[row]; b < held; ++b) table[b] = r.block_ids[b];
     row_num_blocks_[row] = held;
 
+    // The scheduled positions: the request's tokens, then its drafts.
+    const int64_t num_draft = s.num_draft_tokens;
+    CHECK_EQ(num_draft, static_cast<int64_t>(r.draft_token_ids.size()));
     for (int64_t p = s.first_pos; p < s.first_pos + s.num_new_tokens; ++p, ++num_tokens) {
-      input_ids_[num_tokens] = r.token_at(p);
+      input_ids_[num_tokens] =
+          p < r.num_tokens() ? r.token_at(p) : r.draft_token_ids[p - r.num_tokens()];
       positions_[num_tokens] = p;
       seq_of_[num_tokens] = static_cast<int32_t>(i);
     }
     query_start_[i + 1] = static_cast<int32_t>(num_tokens);
     seq_block_tables_[i] = table;
     state_slots_[i] = std::max(r.state_slot, 0);
+    if (!verify_slots_.empty()) {
+      verify_slots_[i] = nullptr;
+      if (num_draft > 0 && r.state_slot >= 0) {
+        // The state after the last token stays in place; after draft j it goes to extra slot j.
+        int32_t* ids = &verify_slot_ids_[i * (1 + K)];
+        ids[0] = r.state_slot;
+        for (int64_t j = 0; j < num_draft; ++j) ids[1 + j] = r.spec_state_slots[j];
+        verify_slots_[i] = ids;
+        any_verify = true;
+      }
+    }
     // prompt_logprobs: the logits at prompt position p score prompt token p + 1.
     prompt_rows_[i] = {static_cast<int32_t>(num_logits), 0};
     if (r.params.prompt_logprobs.has_value()) {
@@ -104,29 +149,50 @@ const int32_t* ModelRunner::Execute(const SchedulerOutput& out) {
         ++prompt_rows_[i].second;
       }
     }
-    // Only a chunk that reaches the request's last token yields a token to sample.
-    if (s.first_pos + s.num_new_tokens == r.num_tokens()) {
-      logits_rows_[num_logits] = static_cast<int32_t>(num_tokens - 1);
-      logits_index_[i] = static_cast<int32_t>(num_logits++);
+    // Only a chunk that reaches the request's last token yields tokens to sample: its last
+    // token's row, and one per draft.
+    if (s.first_pos + s.num_new_tokens - num_draft == r.num_tokens()) {
+      logits_index_[i] = static_cast<int32_t>(num_logits);
+      for (int64_t j = num_draft; j >= 0; --j) {
+        logits_rows_[num_logits++] = static_cast<int32_t>(num_tokens - 1 - j);
+      }
     } else {
       logits_index_[i] = -1;
     }
   }
   CHECK_EQ(num_tokens, out.total_num_scheduled_tokens);
   last_num_seqs_ = num_seqs;
-  if (num_tokens == 0) return sampled_.data();
+  step_.tokens.clear();
+  step_.drafts.clear();
+  step_.token_start[0] = step_.draft_start[0] = 0;
+  if (num_tokens == 0) return step_;
 
-  const model::TokenBatch batch{num_tokens,   input_ids_.data(),   positions_.data(),
-                                seq_of_.data(), num_seqs,          query_start_.data(),
-                                seq_block_tables_.data(), state_slots_.data()};
+  const model::TokenBatch batch{num_tokens,
+                                input_ids_.data(),
+                                positions_.data(),
+                                seq_of_.data(),
+                                num_seqs,
+                                query_start_.data(),
+                                seq_block_tables_.data(),
+                                state_slots_.data(),
+                                any_verify ? verify_slots_.data() : nullptr};
   model_.ForwardBatch(batch, cache_, logits_rows_.data(), num_logits);
 
   for (int64_t i = 0; i < num_seqs; ++i) {
-    Request& r = *out.scheduled[i].request;
-    RecordPromptLogprobs(r, out.scheduled[i].first_pos, prompt_rows_[i]);
-    sampled_[i] = logits_index_[i] < 0 ? -1 : SampleRow(r, logits_index_[i]);
+    const ScheduledRequest& s = out.scheduled[i];
+    Request& r = *s.request;
+    RecordPromptLogprobs(r, s.first_pos, prompt_rows_[i]);
+    if (logits_index_[i] >= 0) {
+      if (s.num_draft_tokens == 0) {
+        step_.tokens.push_back(SampleRow(r, logits_index_[i]));
+      } else {
+        VerifyRows(s, logits_index_[i]);
+      }
+    }
+    step_.token_start[i + 1] = static_cast<int32_t>(step_.tokens.size());
   }
-  return sampled_.data();
+  Propose(out);
+  return step_;
 }
 
 int32_t ModelRunner::SampleRow(Request& r, int64_t logits_row) {
@@ -138,6 +204,181 @@ int32_t ModelRunner::SampleRow(Request& r, int64_t logits_row) {
   r.sampler->Accept(sampled_token_.token);
   if (r.params.logprobs.has_value()) r.output_logprobs.push_back(sampled_token_);
   return sampled_token_.token;
+}
+
+void ModelRunner::VerifyRows(const ScheduledRequest& s, int64_t logits_row) {
+  Request& r = *s.request;
+  const int64_t V = model_.config().vocab_size;
+  const bool plain_greedy = r.sampler->plain_greedy();
+  // Row j sees the outputs plus the drafts accepted before it, as decoding would have.
+  if (!plain_greedy) history_.assign(r.output_token_ids.begin(), r.output_token_ids.end());
+  int64_t accepted = 0;
+  for (int64_t j = 0; j <= s.num_draft_tokens; ++j) {
+    const float* logits = model_.logits() + (logits_row + j) * V;
+    int32_t token;
+    bool keep_going = false;
+    if (plain_greedy) {
+      // Driven by the argmax alone: no probabilities materialized.
+      token = GreedyToken(logits, V);
+      keep_going = j < s.num_draft_tokens && token == r.draft_token_ids[j];
+    } else {
+      if (j < s.num_draft_tokens) {
+        keep_going = r.sampler->Verify(logits, history_, r.draft_token_ids[j],
+                                       sample_scratch_.data(), &sampled_token_);
+      } else {
+        r.sampler->Sample(logits, history_, sample_scratch_.data(), &sampled_token_);
+      }
+      token = sampled_token_.token;
+      r.sampler->Accept(token);
+      history_.push_back(token);
+      if (r.params.logprobs.has_value()) r.output_logprobs.push_back(sampled_token_);
+    }
+    step_.tokens.push_back(token);
+    if (!keep_going) break;
+    ++accepted;
+  }
+  // GDN state: the state after the last accepted token is in its verify slot; it becomes the
+  // request's (the slots trade places, nothing is copied).
+  if (accepted > 0 && r.state_slot >= 0) std::swap(r.state_slot, r.spec_state_slots[accepted - 1]);
+}
+
+int64_t ModelRunner::DraftBudget(const ScheduledRequest& s, int64_t num_emitted) const {
+  const Request& r = *s.request;
+  if (num_emitted == 0) return 0;
+  const int64_t num_tokens = r.num_tokens() + num_emitted;
+  const int64_t remaining = r.stop.max_tokens - (r.num_output_tokens() + num_emitted);
+  // The next step emits at most drafts + 1 tokens and verifies positions up to
+  // num_tokens - 1 + drafts, which must stay below max_model_len.
+  return std::max<int64_t>(0, std::min({config_.spec.num_speculative_tokens, remaining - 1,
+                                        config_.max_model_len - num_tokens}));
+}
+
+void ModelRunner::Propose(const SchedulerOutput& out) {
+  const int64_t num_seqs = static_cast<int64_t>(out.scheduled.size());
+  const SpecConfig& spec = config_.spec;
+  // Drafting pauses while the batch is large enough to keep the cores busy by itself.
+  const bool paused = !spec.enabled() ||
+                      (spec.disable_batch_size > 0 && num_seqs > spec.disable_batch_size);
+  if (paused) {
+    for (int64_t i = 0; i < num_seqs; ++i) step_.draft_start[i + 1] = 0;
+    return;
+  }
+  for (int64_t i = 0; i < num_seqs; ++i) {
+    const std::span<const int32_t> emitted = step_.tokens_of(i);
+    draft_budget_[i] =
+        static_cast<int32_t>(DraftBudget(out.scheduled[i], static_cast<int64_t>(emitted.size())));
+  }
+  if (spec.method == SpecMethod::kMtp) {
+    ProposeMtp(out);
+    return;
+  }
+  for (int64_t i = 0; i < num_seqs; ++i) {
+    if (draft_budget_[i] > 0) {
+      // Prompt lookup over prompt + outputs + this step's tokens.
+      const Request& r = *out.scheduled[i].request;
+      const std::span<const int32_t> emitted = step_.tokens_of(i);
+      history_.assign(r.prompt_token_ids.begin(), r.prompt_token_ids.end());
+      history_.insert(history_.end(), r.output_token_ids.begin(), r.output_token_ids.end());
+      history_.insert(history_.end(), emitted.begin(), emitted.end());
+      const size_t start = step_.drafts.size();
+      step_.drafts.resize(start + draft_budget_[i]);
+      const int64_t n = NgramPropose(history_, spec.prompt_lookup_min, spec.prompt_lookup_max,
+                                     draft_budget_[i], step_.drafts.data() + start);
+      step_.drafts.resize(start + n);
+    }
+    step_.draft_start[i + 1] = static_cast<int32_t>(step_.drafts.size());
+  }
+}
+
+void ModelRunner::ProposeMtp(const SchedulerOutput& out) {
+  const int64_t num_seqs = static_cast<int64_t>(out.scheduled.size());
+  const int64_t H = model_.config().hidden_size, V = model_.config().vocab_size;
+  const int64_t K = config_.spec.num_speculative_tokens;
+  // First pass: every position this step verified, so the MTP layer's KV cache sees the whole
+  // history -- row (position t) pairs the target's hidden state at t with the token at t + 1.
+  int64_t T = 0, num_drafting = 0;
+  mtp_query_start_[0] = 0;
+  for (int64_t i = 0; i < num_seqs; ++i) {
+    const ScheduledRequest& s = out.scheduled[i];
+    const Request& r = *s.request;
+    const std::span<const int32_t> emitted = step_.tokens_of(i);
+    const int64_t accepted = emitted.empty() ? 0 : static_cast<int64_t>(emitted.size()) - 1;
+    const int64_t valid = s.num_new_tokens - s.num_draft_tokens + accepted;
+    for (int64_t j = 0; j < valid; ++j, ++T) {
+      const int64_t pos = s.first_pos + j;
+      mtp_tokens_[T] = pos + 1 < r.num_tokens() ? r.token_at(pos + 1)
+                                                : emitted[pos + 1 - r.num_tokens()];
+      mtp_positions_[T] = pos;
+      mtp_seq_of_[T] = static_cast<int32_t>(i);
+      std::memcpy(&mtp_hidden_in_[T * H], model_.hidden() + (query_start_[i] + j) * H,
+                  H * sizeof(float));
+    }
+    mtp_query_start_[i + 1] = static_cast<int32_t>(T);
+    mtp_block_tables_[i] = seq_block_tables_[i];
+    if (draft_budget_[i] > 0) {
+      mtp_request_[num_drafting] = static_cast<int32_t>(i);
+      mtp_last_pos_[num_drafting] = s.first_pos + valid - 1;
+      mtp_logits_rows_[num_drafting++] = static_cast<int32_t>(T - 1);
+    }
+  }
+  const model::TokenBatch first{T,
+                                mtp_tokens_.data(),
+                                mtp_positions_.data(),
+                                mtp_seq_of_.data(),
+                                num_seqs,
+                                mtp_query_start_.data(),
+                                mtp_block_tables_.data(),
+                                state_slots_.data()};
+  model_.MtpForwardBatch(first, mtp_hidden_in_.data(), cache_, mtp_logits_rows_.data(),
+                         num_drafting);
+  for (int64_t d = 0; d < num_drafting; ++d) {
+    mtp_drafts_[d * K] = GreedyToken(model_.mtp_logits() + d * V, V);
+  }
+
+  // Chained steps 2 .. K: one row per request still drafting -- its last draft, at the next
+  // position, with the MTP head's own output hidden state (vLLM's chaining).
+  std::vector<int32_t>& prev_row = mtp_logits_rows_;  // row of each drafting request's hidden
+  for (int64_t step = 1; step < K; ++step) {
+    int64_t rows = 0;
+    for (int64_t d = 0; d < num_drafting; ++d) {
+      const int64_t i = mtp_request_[d];
+      if (draft_budget_[i] <= step) continue;
+      mtp_tokens_[rows] = mtp_drafts_[d * K + step - 1];
+      mtp_positions_[rows] = mtp_last_pos_[d] + step;
+      mtp_seq_of_[rows] = static_cast<int32_t>(rows);
+      mtp_query_start_[rows + 1] = static_cast<int32_t>(rows + 1);
+      mtp_block_tables_[rows] = seq_block_tables_[i];
+      std::memcpy(&mtp_hidden_in_[rows * H], model_.mtp_hidden() + prev_row[d] * H,
+                  H * sizeof(float));
+      prev_row[d] = static_cast<int32_t>(rows);  // its row in this pass
+      ++rows;
+    }
+    if (rows == 0) break;
+    const model::TokenBatch chained{rows,
+                                    mtp_tokens_.data(),
+                                    mtp_positions_.data(),
+                                    mtp_seq_of_.data(),
+                                    rows,
+                                    mtp_query_start_.data(),
+                                    mtp_block_tables_.data(),
+                                    state_slots_.data()};
+    // Logits of every row: rows are 0 .. rows - 1 in order, which mtp_seq_of_ happens to hold.
+    model_.MtpForwardBatch(chained, mtp_hidden_in_.data(), cache_, mtp_seq_of_.data(), rows);
+    for (int64_t d = 0, row = 0; d < num_drafting; ++d) {
+      if (draft_budget_[mtp_request_[d]] <= step) continue;
+      mtp_drafts_[d * K + step] = GreedyToken(model_.mtp_logits() + row * V, V);
+      ++row;
+    }
+  }
+
+  for (int64_t i = 0, d = 0; i < num_seqs; ++i) {
+    if (d < num_drafting && mtp_request_[d] == i) {
+      step_.drafts.insert(step_.drafts.end(), &mtp_drafts_[d * K],
+                          &mtp_drafts_[d * K] + draft_budget_[i]);
+      ++d;
+    }
+    step_.draft_start[i + 1] = static_cast<int32_t>(step_.drafts.size());
+  }
 }
 
 void ModelRunner::RecordPromptLogprobs(Request& r, int64_t first_pos,
@@ -156,11 +397,12 @@ void ModelRunner::RecordPromptLogprobs(Request& r, int64_t first_pos,
   }
 }
 
-const float* ModelRunner::logits_of(int64_t i) const {
-  if (i < 0 || i >= last_num_seqs_ || logits_index_[i] < 0) {
+const float* ModelRunner::logits_of(int64_t i, int64_t j) const {
+  if (i < 0 || i >= last_num_seqs_ || logits_index_[i] < 0 || j < 0 ||
+      j >= static_cast<int64_t>(step_.tokens_of(i).size())) {
     return nullptr;
   }
-  return model_.logits() + logits_index_[i] * model_.config().vocab_size;
+  return model_.logits() + (logits_index_[i] + j) * model_.config().vocab_size;
 }
 
 }  // namespace moeserve::engine

@@ -4,6 +4,13 @@
 // plus sampling of the rows that end their request's tokens (each request's RequestSampler; a
 // plain greedy request takes argmax directly) and, when asked, logprobs.
 //
+// Speculative decoding (spec/serving.md §4-5): a request's verify run [last token, drafts...]
+// goes through the same forward (GDN layers step token by token into per-draft state slots);
+// its rows are verified in order -- accepted while the target agrees, then the recovered or
+// bonus token -- and the state slot after the last accepted token becomes the request's. Then
+// the drafter proposes the next step's drafts: prompt lookup, or the MTP head over every
+// position this step verified followed by K - 1 chained steps.
+//
 // Per step only what changed is written: the scheduled tokens' ids, positions and sequence
 // index, query_start, the block ids appended since the last step, and the logits rows
 // (spec/serving.md §1.2-1.3). Every buffer is sized at construction for the largest step
@@ -16,6 +23,7 @@
 #include <vector>
 
 #include "engine/scheduler.h"
+#include "engine/spec_decode.h"
 #include "model/cache.h"
 #include "model/causal_lm.h"
 
@@ -26,6 +34,8 @@ struct RunnerConfig {
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
   int64_t max_blocks_per_request = 0;    // block-table row width
+  int64_t max_model_len = 0;
+  SpecConfig spec;
 };
 
 class ModelRunner {
@@ -33,15 +43,16 @@ class ModelRunner {
   ModelRunner(model::CausalLm& model, const RunnerConfig& config);
 
   // Runs the step `out` describes (it must come from the Scheduler sharing this runner's cache
-  // sizes). Returns sampled[i] for out.scheduled[i]: the sampled token, or -1 when that request's
-  // chunk stops short of its last token (a partial prefill: nothing to sample). Valid until the
-  // next call. Logprobs asked for are appended to the requests (output_logprobs for sampled
-  // tokens, prompt_logprobs for the prompt positions this step computed).
-  const int32_t* Execute(const SchedulerOutput& out);
+  // sizes): the tokens each request emits (none when its chunk stops short of its last token)
+  // and the drafts proposed for its next step. Valid until the next call. Logprobs asked for are
+  // appended to the requests (output_logprobs for emitted tokens, prompt_logprobs for the prompt
+  // positions this step computed); a verify run's state slots are rolled to its last accepted
+  // token.
+  const StepOutput& Execute(const SchedulerOutput& out);
 
-  // The logits [vocab] the last Execute sampled out.scheduled[i] from, or null if it sampled
-  // nothing for it (for tests and, later, logprobs).
-  const float* logits_of(int64_t i) const;
+  // The logits [vocab] the last Execute sampled out.scheduled[i]'s j-th emitted token from
+  // (j = 0: its first sampled row), or null if there is none (for tests).
+  const float* logits_of(int64_t i, int64_t j = 0) const;
 
   model::ModelCache& cache() { return cache_; }
   int64_t num_rows_in_use() const { return static_cast<int64_t>(row_of_.size()); }
@@ -53,6 +64,15 @@ class ModelRunner {
   int32_t* block_row(int32_t row) { return &block_tables_[row * config_.max_blocks_per_request]; }
   // Samples request r's next token from logits row `logits_row` (and records its logprobs).
   int32_t SampleRow(Request& r, int64_t logits_row);
+  // Verifies s's drafts on logits rows logits_row .. + num_draft_tokens, appending the tokens
+  // it emits to step_.tokens; rolls its state slot to the last accepted position.
+  void VerifyRows(const ScheduledRequest& s, int64_t logits_row);
+  // The drafts of every request that emitted tokens, into step_.drafts.
+  void Propose(const SchedulerOutput& out);
+  // Drafts request i may propose: K, capped so the next verify stays within max_tokens and
+  // max_model_len. 0 when it emitted nothing.
+  int64_t DraftBudget(const ScheduledRequest& s, int64_t num_emitted) const;
+  void ProposeMtp(const SchedulerOutput& out);
   // Appends r's prompt logprobs for the `rows.second` logits rows from rows.first, which score
   // prompt tokens first_pos + 1 ...
   void RecordPromptLogprobs(Request& r, int64_t first_pos, std::pair<int32_t, int32_t> rows);
@@ -76,6 +96,23 @@ class ModelRunner {
   std::vector<float> sample_scratch_;                     // [2, vocab]
   SampledToken sampled_token_;
   int64_t last_num_seqs_ = 0;
+
+  // Speculative decoding. verify_slots_[i] points at verify_slot_ids_[i * (K + 1)] for a request
+  // verifying drafts on a hybrid model, else null.
+  std::vector<int32_t> verify_slot_ids_;
+  std::vector<const int32_t*> verify_slots_;
+  std::vector<int32_t> history_;        // a request's outputs (+ accepted drafts) or all tokens
+  StepOutput step_;
+  std::vector<int32_t> draft_budget_;   // [seqs]
+  // The MTP drafter's batches: rows of the first pass (every verified position) and of the
+  // chained steps (one row per drafting request).
+  std::vector<int32_t> mtp_tokens_, mtp_seq_of_, mtp_query_start_, mtp_logits_rows_;
+  std::vector<int64_t> mtp_positions_;
+  std::vector<const int32_t*> mtp_block_tables_;
+  std::vector<int32_t> mtp_request_;    // [seqs] scheduled index of each drafting row
+  std::vector<int64_t> mtp_last_pos_;   // [seqs] position of its last row
+  std::vector<float> mtp_hidden_in_;    // [tokens, H]
+  std::vector<int32_t> mtp_drafts_;     // [seqs, K]
 };
 
 }  // namespace moeserve::engine

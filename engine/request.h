@@ -24,6 +24,24 @@ enum class FinishReason { kNone, kStop, kLength, kAbort };
 
 const char* FinishReasonName(FinishReason reason);  // "stop" | "length" | "abort" | "none"
 
+// Acceptance of speculative drafts, as vLLM counts it (spec/serving.md §5, SpecDecodingStats).
+struct SpecDecodeStats {
+  int64_t num_drafts = 0;           // verify steps that carried at least one draft
+  int64_t num_draft_tokens = 0;     // drafts verified
+  int64_t num_accepted_tokens = 0;  // drafts accepted
+  std::vector<int64_t> accepted_per_pos;  // [num_speculative_tokens]: accepted at draft index i
+
+  // 1 + accepted / drafts: tokens per verify step, the bonus included (vLLM's mean acceptance
+  // length); 0 with no drafts.
+  double mean_acceptance_length() const {
+    return num_drafts > 0 ? 1.0 + static_cast<double>(num_accepted_tokens) / num_drafts : 0.0;
+  }
+  double acceptance_rate() const {
+    return num_draft_tokens > 0 ? static_cast<double>(num_accepted_tokens) / num_draft_tokens : 0;
+  }
+  void Add(const SpecDecodeStats& other);
+};
+
 // When a request stops: the part of its SamplingParams the scheduler checks after each token.
 struct StopConditions {
   int64_t max_tokens = 16;               // >= 1
@@ -61,6 +79,15 @@ struct Request {
   // the most a request can need; and the GDN state slot (-1: none).
   std::vector<int32_t> block_ids;
   int32_t state_slot = -1;
+  // Speculative decoding on a hybrid model: the extra state slots a verify run writes the state
+  // after each draft to. After a step that accepted a drafts, slot spec_state_slots[a - 1] holds
+  // the state to go on from and trades places with state_slot (no copy).
+  std::vector<int32_t> spec_state_slots;
+
+  // Speculative decoding: the drafts proposed after the last step, verified by the next one
+  // (not part of the token history until accepted), and the acceptance counts so far.
+  std::vector<int32_t> draft_token_ids;  // reserved to num_speculative_tokens
+  SpecDecodeStats spec;
 
   int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }
   int64_t num_output_tokens() const { return static_cast<int64_t>(output_token_ids.size()); }

@@ -59,6 +59,16 @@ class RequestSampler {
   void Sample(const float* logits, std::span<const int32_t> outputs, float* scratch,
               SampledToken* result);
 
+  // Speculative verification of one draft token at one verify row (spec/serving.md §4): the
+  // same processors as Sample, then greedy -- the token is the argmax, the draft is accepted if
+  // it equals it -- or random: the draft d is accepted with probability p(d) (the final
+  // distribution Sample draws from; drafts are one-hot, q(d) = 1, as vLLM's MTP and n-gram),
+  // else the token is drawn from p with d removed (normalize(max(p - q, 0))). Returns whether
+  // the draft was accepted; result->token is the token this row emits either way (the draft,
+  // or the recovered token). Logprobs as Sample's. Does not Accept.
+  bool Verify(const float* logits, std::span<const int32_t> outputs, int32_t draft, float* scratch,
+              SampledToken* result);
+
   // Records an accepted output token (penalty counts).
   void Accept(int32_t token);
 
@@ -74,6 +84,10 @@ class RequestSampler {
   double FinalWeights(float* work, float* weights);
   // Inverse-CDF draw from weights [vocab] (sum `total`), one 53-bit uniform from generator_.
   int32_t Draw(const float* weights, double total);
+  // One uniform double in [0, 1) from the top 53 bits of generator_.
+  double Uniform();
+  // Fills result's logprobs of `token` from the raw logits (scratch: vocab floats).
+  void RecordLogprobs(const float* logits, int32_t token, float* scratch, SampledToken* result);
 
   int64_t vocab_;
   bool greedy_;

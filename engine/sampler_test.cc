@@ -1,5 +1,6 @@
 #include "engine/sampler.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -975,6 +976,114 @@ TEST(SamplerStatisticsTest, DrawsFollowTheIntendedDistribution) {
     std::printf("%-46s n %6lld df %2d: chi2 %5.1f < %5.1f; 1%% moved: %5.1f, %5.1f\n", c.name,
                 static_cast<long long>(n), fit.df, fit.statistic, critical, pair.statistic,
                 worst.statistic);
+  }
+}
+
+
+// Speculative verification with a one-hot draft (MTP's argmax, n-gram): token = the draft with
+// probability p(draft), else a draw from p without it. Whatever the draft, the tokens a row emits
+// follow p exactly -- the property that makes speculative decoding lossless (arXiv 2211.17192).
+TEST(SamplerStatisticsTest, VerifiedTokensFollowTheTargetDistribution) {
+  const int64_t V = 50;
+  std::mt19937_64 rng(7);
+  const std::vector<float> logits = RandomLogits(V, 1.5, rng);
+  SamplingParams p;
+  p.temperature = 0.8;
+  p.top_k = 30;
+  p.seed = 99;
+  p.Normalize();
+  const std::vector<double> expected = ReferenceSample(p, {}, {}, {}, logits).probs;
+  const std::vector<size_t> order = ByProbability(expected);
+  int df = -1;
+  for (double e : expected) df += e > 0;
+  const int64_t n = std::max<int64_t>(200000, SamplesFor1PercentShift(df));
+  // Drafts the target likes, finds middling, and rules out (top-k masks it).
+  const int32_t masked = static_cast<int32_t>(order.back());
+  ASSERT_EQ(expected[masked], 0.0);
+  for (const int32_t draft : {static_cast<int32_t>(order[0]), static_cast<int32_t>(order[8]), masked}) {
+    SCOPED_TRACE(fmt::format("draft {} (p = {:.4f})", draft, expected[draft]));
+    RequestSampler s(p, {}, {}, V, 0);
+    std::vector<float> scratch(2 * V);
+    SampledToken result;
+    std::vector<int64_t> counts(V, 0);
+    int64_t accepted = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const bool ok = s.Verify(logits.data(), {}, draft, scratch.data(), &result);
+      EXPECT_EQ(ok, result.token == draft);
+      accepted += ok;
+      ++counts[result.token];
+    }
+    EXPECT_EQ(counts[masked], 0) << "a token the target rules out was emitted";
+    // The acceptance rate is p(draft): within 5 standard deviations.
+    const double sd = std::sqrt(expected[draft] * (1 - expected[draft]) / n);
+    EXPECT_NEAR(static_cast<double>(accepted) / n, expected[draft], 5 * sd + 1e-12);
+    const ChiSquare fit = PearsonStatistic(counts, expected, n);
+    EXPECT_LT(fit.statistic, ChiSquareQuantile(0.001, fit.df)) << "df " << fit.df;
+    // A 1 % error would have been seen.
+    const ChiSquare worst = PearsonStatistic(counts, WorstCaseShifted(expected), n);
+    EXPECT_GT(worst.statistic, ChiSquareQuantile(0.001, worst.df));
+    std::printf("verify draft %2d p %.4f: accepted %.4f, chi2 %5.1f (df %d); 1%% moved: %5.1f\n",
+                draft, expected[draft], static_cast<double>(accepted) / n, fit.statistic, fit.df,
+                worst.statistic);
+  }
+}
+
+// A wrong rejection rule is caught: accepting the draft with probability sqrt(p(d)) (a rule of
+// the same shape that is not lossless) makes the emitted tokens fail the same test.
+TEST(SamplerStatisticsTest, AWrongAcceptanceRuleIsRejected) {
+  const int64_t V = 50;
+  std::mt19937_64 rng(7);
+  const std::vector<float> logits = RandomLogits(V, 1.5, rng);
+  SamplingParams p;
+  p.temperature = 0.8;
+  p.seed = 5;
+  p.Normalize();
+  const std::vector<double> expected = ReferenceSample(p, {}, {}, {}, logits).probs;
+  const int32_t draft = static_cast<int32_t>(ByProbability(expected)[3]);
+  int df = -1;
+  for (double e : expected) df += e > 0;
+  const int64_t n = std::max<int64_t>(200000, SamplesFor1PercentShift(df));
+  RequestSampler s(p, {}, {}, V, 0);
+  std::vector<float> scratch(2 * V);
+  SampledToken result;
+  std::vector<int64_t> counts(V, 0);
+  std::mt19937_64 coin(11);
+  std::uniform_real_distribution<double> uniform(0, 1);
+  for (int64_t i = 0; i < n; ++i) {
+    // Accept with sqrt(p) instead of p, otherwise the sampler's own recovered draw.
+    if (uniform(coin) < std::sqrt(expected[draft])) {
+      ++counts[draft];
+      continue;
+    }
+    do {
+      s.Verify(logits.data(), {}, draft, scratch.data(), &result);
+    } while (result.token == draft);
+    ++counts[result.token];
+  }
+  const ChiSquare fit = PearsonStatistic(counts, expected, n);
+  EXPECT_GT(fit.statistic, ChiSquareQuantile(0.001, fit.df));
+}
+
+TEST(SamplerTest, GreedyVerifyAcceptsExactlyTheArgmax) {
+  const int64_t V = 40;
+  std::mt19937_64 rng(3);
+  const std::vector<float> logits = RandomLogits(V, 2.0, rng);
+  const int32_t argmax = GreedyToken(logits.data(), V);
+  for (const bool penalty : {false, true}) {
+    SamplingParams p;
+    p.temperature = 0;
+    if (penalty) p.repetition_penalty = 1.5;
+    p.Normalize();
+    const std::vector<int32_t> outputs = {argmax};  // the penalty may move the argmax
+    RequestSampler s(p, {}, {}, V, 0);
+    std::vector<float> scratch(2 * V);
+    SampledToken sampled, verified;
+    s.Sample(logits.data(), outputs, scratch.data(), &sampled);
+    for (int32_t draft = 0; draft < V; ++draft) {
+      EXPECT_EQ(s.Verify(logits.data(), outputs, draft, scratch.data(), &verified),
+                draft == sampled.token);
+      EXPECT_EQ(verified.token, sampled.token);
+    }
   }
 }
 

@@ -46,6 +46,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& cache)
   output_.preempted_ids.reserve(max_seqs);
   output_.finished_ids.reserve(max_seqs);
   finished_since_schedule_.reserve(max_seqs);
+  spec_stats_.accepted_per_pos.assign(config.num_speculative_tokens, 0);
   updated_.reserve(max_seqs);
 }
 
@@ -84,6 +85,8 @@ Status Scheduler::AddRequest(std::unique_ptr<Request> request) {
 
   cache_.ReserveFor(r);
   r.output_token_ids.reserve(std::min(r.stop.max_tokens, config_.max_model_len));
+  r.draft_token_ids.reserve(config_.num_speculative_tokens);
+  r.spec.accepted_per_pos.assign(config_.num_speculative_tokens, 0);
   waiting_.push_back(&r);
   requests_.emplace(r.id, std::move(request));
   return OkStatus();
@@ -91,7 +94,9 @@ Status Scheduler::AddRequest(std::unique_ptr<Request> request) {
 
 int64_t Scheduler::ChunkSize(const Request& r, int64_t budget) const {
   const int64_t first_pos = r.num_computed_tokens;
-  int64_t num_new = r.num_tokens() - first_pos;
+  // Drafts follow the last token (they exist only once it is the one token left to compute);
+  // a budget that cuts into them verifies fewer.
+  int64_t num_new = r.num_tokens() + static_cast<int64_t>(r.draft_token_ids.size()) - first_pos;
   if (config_.long_prefill_token_threshold > 0) {
     num_new = std::min(num_new, config_.long_prefill_token_threshold);
   }
@@ -106,11 +111,25 @@ int64_t Scheduler::ChunkSize(const Request& r, int64_t budget) const {
   return std::max<int64_t>(num_new, 0);
 }
 
+bool Scheduler::AllocateFor(Request& r, int64_t num_new) {
+  const int64_t end = r.num_computed_tokens + num_new;
+  const int64_t max_len =
+      r.num_prompt_tokens() +
+      std::min(r.stop.max_tokens, config_.max_model_len - r.num_prompt_tokens());
+  const int64_t lookahead =
+      std::max<int64_t>(0, std::min(end + config_.spec_lookahead, max_len) - end);
+  return cache_.Allocate(r, num_new + lookahead);
+}
+
 void Scheduler::ScheduleChunk(Request& r, int64_t num_new, bool fresh, int64_t& budget) {
+  const int64_t num_draft =
+      std::max<int64_t>(0, r.num_computed_tokens + num_new - r.num_tokens());
+  r.draft_token_ids.resize(num_draft);  // drafts past the budget are dropped, never verified
   output_.scheduled.push_back(ScheduledRequest{.request = &r,
                                                .first_pos = r.num_computed_tokens,
                                                .num_new_tokens = num_new,
-                                               .fresh = fresh});
+                                               .fresh = fresh,
+                                               .num_draft_tokens = num_draft});
   // Advanced now, as vLLM does, so a chunked prefill continues next step without waiting for
   // this step's outputs.
   r.num_computed_tokens += num_new;
@@ -133,6 +152,7 @@ Request* Scheduler::PreemptLastRunning(int64_t& budget) {
   // Recompute: drop everything (its full blocks stay in the prefix cache) and rejoin the head
   // of the queue.
   cache_.Free(*victim);
+  victim->draft_token_ids.clear();
   victim->status = RequestStatus::kPreempted;
   victim->num_computed_tokens = 0;
   ++victim->num_preemptions;
@@ -159,11 +179,11 @@ const SchedulerOutput& Scheduler::Schedule() {
     Request& r = *running_[i];
     const int64_t num_new = ChunkSize(r, budget);
     if (num_new == 0) continue;
-    bool allocated = cache_.Allocate(r, num_new);
+    bool allocated = AllocateFor(r, num_new);
     while (!allocated) {
       // Victims come from the back, so running_[0, i) stays put; r itself may be the last.
       if (PreemptLastRunning(budget) == &r) break;
-      allocated = cache_.Allocate(r, num_new);
+      allocated = AllocateFor(r, num_new);
     }
     if (allocated) ScheduleChunk(r, num_new, /*fresh=*/false, budget);
   }
@@ -177,7 +197,7 @@ const SchedulerOutput& Scheduler::Schedule() {
     const int64_t num_cached = cache_.TakeCachedPrefix(r);
     r.num_computed_tokens = num_cached;
     const int64_t num_new = ChunkSize(r, budget);
-    if (num_new == 0 || !cache_.Allocate(r, num_new)) {
+    if (num_new == 0 || !AllocateFor(r, num_new)) {
       cache_.Free(r);  // the prefix blocks it took; it keeps its place at the head
       r.num_computed_tokens = 0;
       break;
@@ -216,26 +236,59 @@ void Scheduler::Finish(Request& r, FinishReason reason) {
     EraseOne(waiting_, &r);
   }
   cache_.Free(r);  // nothing to free for a waiting request
+  r.draft_token_ids.clear();
   r.status = RequestStatus::kFinished;
   r.finish_reason = reason;
   finished_since_schedule_.push_back(r.id);
 }
 
-const std::vector<Request*>& Scheduler::Update(const SchedulerOutput& out, const int32_t* sampled) {
+const std::vector<Request*>& Scheduler::Update(const SchedulerOutput& out, const StepOutput& step) {
   updated_.clear();
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
-    Request& r = *out.scheduled[i].request;
+    const ScheduledRequest& s = out.scheduled[i];
+    Request& r = *s.request;
     if (r.status != RequestStatus::kRunning) continue;  // aborted since Schedule()
-    if (sampled[i] < 0) {
+    const std::span<const int32_t> emitted = step.tokens_of(i);
+    if (emitted.empty()) {
       cache_.CacheFullBlocks(r);  // a partial prefill chunk: nothing sampled
       continue;
     }
-    CHECK_EQ(r.num_computed_tokens, r.num_tokens())
+    // The drafts after the first rejection were computed in vain: their positions (KV slots,
+    // state slots) are simply written again.
+    const int64_t accepted = static_cast<int64_t>(emitted.size()) - 1;
+    CHECK_LE(accepted, s.num_draft_tokens) << "request " << r.id;
+    r.num_computed_tokens -= s.num_draft_tokens - accepted;
+    CHECK_EQ(r.num_computed_tokens, r.num_tokens() + accepted)
         << "a token was sampled for a partial prefill chunk of request " << r.id;
-    r.output_token_ids.push_back(sampled[i]);
+    if (s.num_draft_tokens > 0) {
+      SpecDecodeStats& spec = r.spec;
+      ++spec.num_drafts;
+      spec.num_draft_tokens += s.num_draft_tokens;
+      spec.num_accepted_tokens += accepted;
+      for (int64_t pos = 0; pos < accepted; ++pos) ++spec.accepted_per_pos[pos];
+      ++spec_stats_.num_drafts;
+      spec_stats_.num_draft_tokens += s.num_draft_tokens;
+      spec_stats_.num_accepted_tokens += accepted;
+      for (int64_t pos = 0; pos < accepted; ++pos) ++spec_stats_.accepted_per_pos[pos];
+    }
+    FinishReason reason = FinishReason::kNone;
+    for (const int32_t token : emitted) {
+      r.output_token_ids.push_back(token);
+      reason = CheckStop(r);
+      if (reason != FinishReason::kNone) break;
+    }
+    // A stop inside an accepted run: what follows it is dropped (its logprobs too).
+    r.num_computed_tokens = std::min(r.num_computed_tokens, r.num_tokens());
+    if (r.output_logprobs.size() > r.output_token_ids.size()) {
+      r.output_logprobs.resize(r.output_token_ids.size());
+    }
     cache_.CacheFullBlocks(r);
-    const FinishReason reason = CheckStop(r);
-    if (reason != FinishReason::kNone) Finish(r, reason);
+    if (reason != FinishReason::kNone) {
+      Finish(r, reason);
+    } else {
+      const std::span<const int32_t> drafts = step.drafts_of(i);
+      r.draft_token_ids.assign(drafts.begin(), drafts.end());
+    }
     updated_.push_back(&r);
   }
   return updated_;

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -32,6 +33,10 @@ struct SchedulerConfig {
   int64_t max_model_len = 4096;
   int64_t prefill_alignment = 1;   // 64 for hybrid models (kernels::kGdnChunkSize)
   int64_t long_prefill_token_threshold = 0;  // 0: off; else cap on a prefill chunk
+  // Speculative decoding: drafts per step (0: off), and the KV positions the drafter writes past
+  // a request's scheduled tokens (SpecConfig::lookahead), allocated with them.
+  int64_t num_speculative_tokens = 0;
+  int64_t spec_lookahead = 0;
 };
 
 // One request's share of a step.
@@ -41,6 +46,26 @@ struct ScheduledRequest {
   int64_t num_new_tokens = 0;   // positions [first_pos, first_pos + num_new_tokens)
   bool fresh = false;           // first schedule since admission or preemption: the runner
                                 // (re)builds its row and zeroes its state slot
+  // Speculative decoding: the last num_draft_tokens of the scheduled positions are the
+  // request's drafts (draft_token_ids), verified after its last token.
+  int64_t num_draft_tokens = 0;
+};
+
+// What a step gave each scheduled request: the tokens it emits -- none for a partial prefill
+// chunk; with drafts, the accepted drafts then the recovered or bonus token -- and the drafts
+// proposed for its next step. Filled by the model runner, read by Scheduler::Update.
+struct StepOutput {
+  std::vector<int32_t> token_start;  // [num_scheduled + 1]: tokens of i in [start[i], start[i+1])
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> draft_start;  // [num_scheduled + 1], likewise
+  std::vector<int32_t> drafts;
+
+  std::span<const int32_t> tokens_of(size_t i) const {
+    return {tokens.data() + token_start[i], tokens.data() + token_start[i + 1]};
+  }
+  std::span<const int32_t> drafts_of(size_t i) const {
+    return {drafts.data() + draft_start[i], drafts.data() + draft_start[i + 1]};
+  }
 };
 
 struct SchedulerOutput {
@@ -65,13 +90,17 @@ class Scheduler {
   // returned reference stays valid until the next Schedule().
   const SchedulerOutput& Schedule();
 
-  // After the forward: sampled[i] is the token sampled for out.scheduled[i], or -1 when its
-  // chunk did not reach the end of its tokens (a partial prefill: nothing sampled). Appends
-  // tokens, publishes full blocks to the prefix cache, applies vLLM's stop check (min_tokens,
-  // EOS unless ignore_eos, stop_token_ids, max_tokens, max_model_len) and frees finished
-  // requests. Returns the requests that received a token (finished ones too), in scheduled
-  // order, valid until the next call.
-  const std::vector<Request*>& Update(const SchedulerOutput& out, const int32_t* sampled);
+  // After the forward: step.tokens_of(i) are the tokens out.scheduled[i] emits (none for a
+  // partial prefill). Rejected drafts' positions go back to uncomputed; tokens are appended one
+  // at a time with vLLM's stop check after each (min_tokens, EOS unless ignore_eos,
+  // stop_token_ids, max_tokens, max_model_len), so nothing after a stop is kept; full blocks are
+  // published to the prefix cache; the next drafts are stored; finished requests are freed.
+  // Returns the requests that received a token (finished ones too), in scheduled order, valid
+  // until the next call.
+  const std::vector<Request*>& Update(const SchedulerOutput& out, const StepOutput& step);
+
+  // Speculative decoding counts over every request so far (vLLM's spec_decode counters).
+  const SpecDecodeStats& spec_stats() const { return spec_stats_; }
 
   // Ends a request in any state, freeing what it holds, with `reason` (kAbort by default; kStop
   // when the frontend's detokenizer matched a stop string). Returns false if the id is unknown
@@ -89,9 +118,11 @@ class Scheduler {
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
 
  private:
-  // Tokens r may compute this step: the rest of its tokens, clipped by the long-prefill
-  // threshold, the remaining budget and max_model_len, then aligned (may be 0).
+  // Tokens r may compute this step: the rest of its tokens and its drafts, clipped by the
+  // long-prefill threshold, the remaining budget and max_model_len, then aligned (may be 0).
   int64_t ChunkSize(const Request& r, int64_t budget) const;
+  // Allocate(r, num_new) plus the drafter's lookahead, within what r can ever hold.
+  bool AllocateFor(Request& r, int64_t num_new);
   // Adds r's next num_new tokens to output_ and advances its computed count.
   void ScheduleChunk(Request& r, int64_t num_new, bool fresh, int64_t& budget);
   // Preempts running_.back() (recompute), returning its tokens to the budget if it was
@@ -110,6 +141,7 @@ class Scheduler {
   std::vector<Request*> updated_;
   std::vector<int64_t> finished_since_schedule_;  // moved into output_.finished_ids by Schedule
   std::vector<int64_t> deferred_releases_;        // see Release
+  SpecDecodeStats spec_stats_;
 };
 
 }  // namespace moeserve::engine

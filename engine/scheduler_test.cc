@@ -48,6 +48,19 @@ std::vector<Chunk> Chunks(const SchedulerOutput& out) {
   return chunks;
 }
 
+// A step's outputs in the runner's form from one sampled token per scheduled request (-1: a
+// partial prefill, nothing sampled) and no drafts.
+StepOutput FromSampled(const int32_t* sampled, size_t num_scheduled) {
+  StepOutput step;
+  step.token_start.push_back(0);
+  step.draft_start.assign(num_scheduled + 1, 0);
+  for (size_t i = 0; i < num_scheduled; ++i) {
+    if (sampled[i] >= 0) step.tokens.push_back(sampled[i]);
+    step.token_start.push_back(static_cast<int32_t>(step.tokens.size()));
+  }
+  return step;
+}
+
 class SchedulerTest : public ::testing::Test {
  protected:
   void Make(const SchedulerConfig& config, KvCacheConfig pool) {
@@ -96,7 +109,7 @@ class SchedulerTest : public ::testing::Test {
       const bool reaches_end = s.first_pos + s.num_new_tokens == s.request->num_tokens();
       sampled_.push_back(reaches_end ? token : -1);
     }
-    scheduler_->Update(out, sampled_.data());
+    scheduler_->Update(out, FromSampled(sampled_.data(), out.scheduled.size()));
     return out;
   }
 
@@ -311,7 +324,7 @@ TEST_F(SchedulerTest, AbortBetweenScheduleAndUpdateDropsTheStepsToken) {
   EXPECT_NE(scheduler_->Find(a), nullptr);
 
   const int32_t sampled[] = {kFiller, kFiller};
-  const std::vector<Request*>& updated = scheduler_->Update(out, sampled);
+  const std::vector<Request*>& updated = scheduler_->Update(out, FromSampled(sampled, 2));
   ASSERT_EQ(updated.size(), 1u);
   EXPECT_EQ(updated[0]->id, b);
   EXPECT_EQ(Get(a).num_output_tokens(), 0);
@@ -620,7 +633,7 @@ TEST_P(RandomTrafficTest, KeepsEveryInvariant) {
       sampled_.push_back(end == r.num_tokens() ? (rng() % 20 == 0 ? kEos : kFiller) : -1);
     }
     ASSERT_EQ(total, out.total_num_scheduled_tokens);
-    scheduler_->Update(out, sampled_.data());
+    scheduler_->Update(out, FromSampled(sampled_.data(), out.scheduled.size()));
     if (step >= kArrivalSteps && !scheduler_->HasUnfinished()) break;
   }
   EXPECT_FALSE(scheduler_->HasUnfinished()) << "requests starved";
@@ -650,13 +663,14 @@ TEST_P(SteadyDecodeTest, AllocatesNothing) {
   for (int i = 0; i < kRequests; ++i) Add(10, MaxTokens(1000));
   Step();  // prefill
   Step();  // first decode
-  std::vector<int32_t> sampled(kRequests, kFiller);
+  const std::vector<int32_t> sampled(kRequests, kFiller);
+  const StepOutput outputs = FromSampled(sampled.data(), kRequests);
 
   // Positions 11 to 60: every request crosses block boundaries at 16, 32 and 48.
   const int64_t before = HeapAllocations();
   for (int step = 0; step < 50; ++step) {
     const SchedulerOutput& out = scheduler_->Schedule();
-    scheduler_->Update(out, sampled.data());
+    scheduler_->Update(out, outputs);
   }
   const int64_t allocations = HeapAllocations() - before;
   EXPECT_EQ(allocations, 0);

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+#include "core/json.h"
 
 namespace moeserve::io {
 namespace {
@@ -407,8 +408,7 @@ int64_t ModelConfig::num_layers_of(LayerType type) const {
 }
 
 Result<ModelConfig> ParseModelConfig(std::string_view json_text) {
-  json root = json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded()) return InvalidArgument("config.json is not valid JSON");
+  ASSIGN_OR_RETURN(const json root, ParseJson(json_text, "config.json"));
   return Parse(root);
 }
 

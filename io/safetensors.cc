@@ -19,6 +19,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "core/json.h"
 #include "core/check.h"
 
 namespace moeserve::io {
@@ -76,6 +77,9 @@ IntKind ReadNonNegativeInt64(const json& value, int64_t* out) {
 // Exceptions stay inside: every failure is a Status.
 Status ParseJson(const std::string& path, const char* what, const char* begin, const char* end,
                  const std::function<void(int, const std::string&)>& on_key, json* out) {
+  if (Status s = CheckJsonDepth({begin, static_cast<size_t>(end - begin)}, what); !s.ok()) {
+    return s.WithContext(path);
+  }
   json::parser_callback_t callback = [&](int depth, json::parse_event_t event, json& parsed) {
     if (event == json::parse_event_t::key && depth <= 2) {
       if (const auto* key = parsed.get_ptr<const std::string*>()) on_key(depth, *key);

@@ -61,9 +61,18 @@ struct TokenBatch {
   const int32_t* query_start = nullptr;          // [num_seqs + 1]: tokens of s are [qs[s], qs[s+1])
   const int32_t* const* block_tables = nullptr;  // [num_seqs], each covering its positions
   const int32_t* state_slots = nullptr;          // [num_seqs] GDN state slot of each sequence
+  // Speculative verification (may be null: none in this batch). For a sequence whose entry is
+  // non-null, its tokens are a verify run [last token, drafts...]: GDN layers take them one
+  // recurrent step at a time, exactly as decode does, and keep the state after token j in slot
+  // verify_slots[s][j] (token 0 starts from state_slots[s]; verify_slots[s][0] may equal it), so
+  // the state after any accepted prefix is there without a copy or a replay.
+  const int32_t* const* verify_slots = nullptr;  // [num_seqs], entries null or [seq_len(s)]
 
   int64_t seq_begin(int64_t s) const { return query_start[s]; }
   int64_t seq_len(int64_t s) const { return query_start[s + 1] - query_start[s]; }
+  const int32_t* verify_slots_of(int64_t s) const {
+    return verify_slots != nullptr ? verify_slots[s] : nullptr;
+  }
 };
 
 // The new tokens of one sequence in a forward call, and where its caches are.

@@ -65,14 +65,14 @@ struct OneSequence {
 
 }  // namespace
 
-void CausalLm::Logits(const float* x, const int32_t* rows, int64_t num_rows) {
+void CausalLm::Logits(const float* x, const int32_t* rows, int64_t num_rows,
+                      std::vector<float>& out) {
   const int64_t V = config_.vocab_size, H = config_.hidden_size;
   float* in = Grow(logits_in_, num_rows * H);
   for (int64_t i = 0; i < num_rows; ++i) {
     std::memcpy(in + i * H, x + static_cast<int64_t>(rows[i]) * H, H * sizeof(float));
   }
-  kernels::MatMul(in, H, num_rows, weights_.lm_head_matrix(), Grow(logits_, num_rows * V), V,
-                  pool_);
+  kernels::MatMul(in, H, num_rows, weights_.lm_head_matrix(), Grow(out, num_rows * V), V, pool_);
   // Vocab-parallel ranks will gather their shards here.
 }
 
@@ -81,6 +81,11 @@ void CausalLm::Reserve(int64_t max_tokens, int64_t max_logits_rows) {
   scratch_.Reserve(config_, max_tokens);
   Grow(x_, max_tokens * H);
   Grow(hidden_, max_tokens * H);
+  if (has_mtp()) {
+    Grow(mtp_in_, max_tokens * 2 * H);
+    Grow(mtp_out_, max_tokens * H);
+    Grow(mtp_logits_, max_logits_rows * config_.vocab_size);
+  }
   Grow(logits_in_, max_logits_rows * H);
   Grow(logits_, max_logits_rows * config_.vocab_size);
 }
@@ -97,7 +102,7 @@ void CausalLm::ForwardBatch(const TokenBatch& batch, ModelCache& cache, const in
   float* hidden = Grow(hidden_, T * H);
   RmsNormRows(x, T, H, weights_.final_norm, static_cast<float>(config_.rms_norm_eps), hidden);
   Context(config_.num_hidden_layers).Tap("final_norm", hidden, T, H);
-  if (num_logits > 0) Logits(hidden, logits_rows, num_logits);
+  if (num_logits > 0) Logits(hidden, logits_rows, num_logits, logits_);
 }
 
 void CausalLm::Forward(const SequenceInput& seq, ModelCache& cache, bool all_logits,
@@ -113,17 +118,17 @@ void CausalLm::Forward(const SequenceInput& seq, ModelCache& cache, bool all_log
   if (logits != nullptr) logits->assign(logits_.begin(), logits_.begin() + num_logits * V);
 }
 
-void CausalLm::MtpForward(const float* hidden, const int32_t* next_tokens, int64_t T,
-                          int64_t first_pos, const int32_t* block_table, ModelCache& cache,
-                          std::vector<float>* mtp_hidden, std::vector<float>* logits) {
+void CausalLm::MtpForwardBatch(const TokenBatch& batch, const float* hidden, ModelCache& cache,
+                               const int32_t* logits_rows, int64_t num_logits) {
   CHECK(has_mtp()) << "the model has no MTP head";
   const MtpWeights& mtp = weights_.mtp;
-  const int64_t H = config_.hidden_size, V = config_.vocab_size;
+  const int64_t T = batch.num_tokens, H = config_.hidden_size;
+  CHECK_GT(T, 0);
   const float eps = static_cast<float>(config_.rms_norm_eps);
   // u = fc([norm(embedding of the next token) ; norm(hidden)]), the embedding half first.
   float* u = Grow(mtp_in_, T * 2 * H);
   float* embedded = Grow(scratch_.normed, T * H);
-  EmbedRows(next_tokens, T, embedded);
+  EmbedRows(batch.tokens, T, embedded);
   for (int64_t t = 0; t < T; ++t) {
     kernels::RmsNorm(embedded + t * H, mtp.pre_fc_norm_embedding.data(), eps, u + t * 2 * H, H);
     kernels::RmsNorm(hidden + t * H, mtp.pre_fc_norm_hidden.data(), eps, u + t * 2 * H + H, H);
@@ -133,17 +138,22 @@ void CausalLm::MtpForward(const float* hidden, const int32_t* next_tokens, int64
   // One MTP layer per draft step in vLLM (spec_step_idx % num_mtp_layers); the first pass and the
   // chained steps of the released models use layer 0, whose KV cache is cache layer
   // num_hidden_layers.
-  const OneSequence one(next_tokens, T, first_pos, block_table, 0);
-  DecoderLayer(Context(config_.num_hidden_layers), mtp.layers[0], one.batch, x, cache);
-  float* out = Grow(hidden_, T * H);
+  DecoderLayer(Context(config_.num_hidden_layers), mtp.layers[0], batch, x, cache);
+  float* out = Grow(mtp_out_, T * H);
   RmsNormRows(x, T, H, mtp.norm, eps, out);
-  if (mtp_hidden != nullptr) mtp_hidden->assign(out, out + T * H);
-  if (logits != nullptr) {
-    std::vector<int32_t> rows(T);
-    for (int64_t t = 0; t < T; ++t) rows[t] = static_cast<int32_t>(t);
-    Logits(out, rows.data(), T);
-    logits->assign(logits_.begin(), logits_.begin() + T * V);
-  }
+  if (num_logits > 0) Logits(out, logits_rows, num_logits, mtp_logits_);
+}
+
+void CausalLm::MtpForward(const float* hidden, const int32_t* next_tokens, int64_t T,
+                          int64_t first_pos, const int32_t* block_table, ModelCache& cache,
+                          std::vector<float>* mtp_hidden, std::vector<float>* logits) {
+  const int64_t H = config_.hidden_size, V = config_.vocab_size;
+  const OneSequence one(next_tokens, T, first_pos, block_table, 0);
+  std::vector<int32_t> rows(T);
+  for (int64_t t = 0; t < T; ++t) rows[t] = static_cast<int32_t>(t);
+  MtpForwardBatch(one.batch, hidden, cache, rows.data(), logits != nullptr ? T : 0);
+  if (mtp_hidden != nullptr) mtp_hidden->assign(mtp_out_.begin(), mtp_out_.begin() + T * H);
+  if (logits != nullptr) logits->assign(mtp_logits_.begin(), mtp_logits_.begin() + T * V);
 }
 
 }  // namespace moeserve::model

@@ -63,11 +63,21 @@ class CausalLm {
                   const int32_t* block_table, ModelCache& cache, std::vector<float>* mtp_hidden,
                   std::vector<float>* logits);
 
+  // The MTP head over a flat batch of many sequences (what speculative decoding drafts with):
+  // row t pairs hidden[t] [H] with batch.tokens[t] at batch.positions[t], through each
+  // sequence's block table. Afterwards mtp_hidden() holds the head's normed outputs [T, H] and
+  // mtp_logits() the draft logits of rows logits_rows[0 .. num_logits); hidden() and logits()
+  // keep what the last ForwardBatch left there.
+  void MtpForwardBatch(const TokenBatch& batch, const float* hidden, ModelCache& cache,
+                       const int32_t* logits_rows, int64_t num_logits);
+  const float* mtp_hidden() const { return mtp_out_.data(); }
+  const float* mtp_logits() const { return mtp_logits_.data(); }
+
  private:
   LayerContext Context(int64_t layer);
   void EmbedRows(const int32_t* tokens, int64_t T, float* out) const;
-  // logits_ [num_rows, V] = rows rows[i] of x [*, H] times lm_head.
-  void Logits(const float* x, const int32_t* rows, int64_t num_rows);
+  // out [num_rows, V] = rows rows[i] of x [*, H] times lm_head.
+  void Logits(const float* x, const int32_t* rows, int64_t num_rows, std::vector<float>& out);
 
   io::ModelConfig config_;
   ModelWeights weights_;
@@ -75,7 +85,7 @@ class CausalLm {
   parallel::SingleRankCommunicator comm_;
   Scratch scratch_;
   ActivationTap tap_;
-  std::vector<float> x_, hidden_, mtp_in_, logits_in_, logits_;
+  std::vector<float> x_, hidden_, mtp_in_, mtp_out_, logits_in_, logits_, mtp_logits_;
 };
 
 }  // namespace moeserve::model

@@ -74,9 +74,17 @@ void GatedDeltaNet(const LayerContext& ctx, const GdnWeights& w, const TokenBatc
   // window), l2norm of q (scaled by 1/sqrt(dk)) and k per key head, beta = sigmoid(b),
   // g = -exp(A_log) softplus(a + dt_bias).
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  const int64_t conv_floats = (c.linear_conv_kernel_dim - 1) * conv_dim;
   for (int64_t seq = 0; seq < batch.num_seqs; ++seq) {
     float* conv_state = cache.conv_state(ctx.layer, batch.state_slots[seq]);
+    const int32_t* verify_slots = batch.verify_slots_of(seq);
     for (int64_t t = batch.seq_begin(seq); t < batch.seq_begin(seq + 1); ++t) {
+      if (verify_slots != nullptr) {
+        // A verify run keeps the window after each token in a slot of its own.
+        float* next = cache.conv_state(ctx.layer, verify_slots[t - batch.seq_begin(seq)]);
+        if (next != conv_state) std::memcpy(next, conv_state, conv_floats * sizeof(float));
+        conv_state = next;
+      }
       float* row = proj + t * cols;
       kernels::CausalConv1dSiluStep(row, conv_state, w.conv.data(), conv_dim,
                                     c.linear_conv_kernel_dim, row);
@@ -110,6 +118,20 @@ void GatedDeltaNet(const LayerContext& ctx, const GdnWeights& w, const TokenBatc
     const float* v = proj + begin * cols + 2 * key_dim + h * dv;
     const float* gate_rows = gates + begin * 2 * nv;
     float* o = core + begin * value_dim + h * dv;
+    if (const int32_t* verify_slots = batch.verify_slots_of(seq); verify_slots != nullptr) {
+      // A verify run: decode's recurrent step token by token (so accepted positions match
+      // decoding bit for bit), the state after token t written to its own slot. The copy is the
+      // head's [dk, dv] state, just written and still in cache.
+      for (int64_t t = 0; t < len_seq; ++t) {
+        float* next = cache.recurrent_state(ctx.layer, verify_slots[t]) + h * dk * dv;
+        if (next != Sh) std::memcpy(next, Sh, dk * dv * sizeof(float));
+        Sh = next;
+        const float* gate_row = gate_rows + t * 2 * nv;
+        kernels::GatedDeltaRuleStep(Sh, q + t * cols, k + t * cols, v + t * cols, gate_row[nv + h],
+                                    gate_row[h], dk, dv, o + t * value_dim);
+      }
+      return;
+    }
     float g[kernels::kGdnChunkSize], beta[kernels::kGdnChunkSize];
     for (int64_t t0 = 0; t0 < len_seq;) {
       const int64_t len = std::min(

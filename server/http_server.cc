@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/json.h"
 #include "core/log.h"
 #include "server/api_error.h"
 #include "server/generation_job.h"
@@ -121,16 +122,16 @@ struct HttpServer::Impl {
 
   // The body as a JSON object, or a 400 sent.
   std::optional<json> Body(const httplib::Request& req, httplib::Response& res) const {
-    json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-    if (body.is_discarded()) {
-      SendError(res, {400, "the request body is not valid JSON", ""});
+    Result<json> body = ParseJson(req.body, "the request body");
+    if (!body.ok()) {
+      SendError(res, {400, body.status().message(), ""});
       return std::nullopt;
     }
-    if (!body.is_object()) {
+    if (!body->is_object()) {
       SendError(res, {400, "the request body must be a JSON object", ""});
       return std::nullopt;
     }
-    return body;
+    return std::move(*body);
   }
 
   Status CheckModel(const std::string& model) const {

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/json.h"
 #include "tokenizer/jinja/json_value.h"
 #include "tokenizer/jinja/template.h"
 
@@ -107,12 +108,7 @@ Result<ChatTemplate> ChatTemplate::Parse(std::string source) {
 }
 
 Result<ChatTemplate> ChatTemplate::FromTokenizerConfig(std::string_view tokenizer_config_json) {
-  Json config;
-  try {
-    config = Json::parse(tokenizer_config_json);
-  } catch (const Json::exception& e) {
-    return InvalidArgument("tokenizer_config.json: invalid JSON: {}", e.what());
-  }
+  ASSIGN_OR_RETURN(const Json config, ParseJson<Json>(tokenizer_config_json, "tokenizer_config.json"));
   if (!config.is_object()) return InvalidArgument("tokenizer_config.json: not a JSON object");
   ASSIGN_OR_RETURN(std::string source, ReadTemplateSource(config));
   ASSIGN_OR_RETURN(jinja::Template::Context special, ReadSpecialTokens(config));

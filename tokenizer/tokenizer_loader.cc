@@ -8,6 +8,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "core/json.h"
 #include "core/log.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer.h"
@@ -55,13 +56,7 @@ Result<std::string> TypeOf(const Json& j, const std::string& where) {
   return GetString(j, "type", where);
 }
 
-Result<Json> ParseJson(std::string_view text) {
-  try {
-    return Json::parse(text.begin(), text.end());
-  } catch (const Json::exception& e) {
-    return InvalidArgument("not valid JSON: {}", e.what());
-  }
-}
+Result<Json> ParseJson(std::string_view text) { return moeserve::ParseJson<Json>(text, ""); }
 
 // ---- model ----
 

@@ -136,7 +136,7 @@ TEST(ChatTemplateTest, ReadsNamedTemplatesAndAddedTokenObjects) {
 }
 
 TEST(ChatTemplateTest, BadConfigsAndInputsAreErrors) {
-  EXPECT_THAT(ChatTemplate::FromTokenizerConfig("{").status().message(), HasSubstr("invalid JSON"));
+  EXPECT_THAT(ChatTemplate::FromTokenizerConfig("{").status().message(), HasSubstr("not valid JSON"));
   EXPECT_THAT(ChatTemplate::FromTokenizerConfig(R"({"eos_token": "x"})").status().message(),
               HasSubstr("has no chat_template"));
   EXPECT_THAT(
@@ -158,7 +158,7 @@ TEST(ChatTemplateTest, BadConfigsAndInputsAreErrors) {
   inputs.messages_json = R"({"role": "user"})";
   EXPECT_THAT(tmpl->Render(inputs).status().message(), HasSubstr("must be a JSON array"));
   inputs.messages_json = "[";
-  EXPECT_THAT(tmpl->Render(inputs).status().message(), HasSubstr("messages_json: invalid JSON"));
+  EXPECT_THAT(tmpl->Render(inputs).status().message(), HasSubstr("messages_json: not valid JSON"));
   inputs.messages_json = "[]";
   inputs.tools_json = "{}";
   EXPECT_THAT(tmpl->Render(inputs).status().message(), HasSubstr("tools_json must be"));

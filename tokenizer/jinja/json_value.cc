@@ -1,6 +1,7 @@
 #include "tokenizer/jinja/json_value.h"
 
 #include <nlohmann/json.hpp>
+#include "core/json.h"
 
 namespace moeserve::tokenizer::jinja {
 namespace {
@@ -54,12 +55,7 @@ Result<Value> Convert(const Json& j, int depth, std::string_view what) {
 }  // namespace
 
 Result<Value> ParseJsonValue(std::string_view json_text, std::string_view what) {
-  Json j;
-  try {
-    j = Json::parse(json_text);
-  } catch (const Json::exception& e) {
-    return InvalidArgument("{}: invalid JSON: {}", what, e.what());
-  }
+  ASSIGN_OR_RETURN(const Json j, ParseJson<Json>(json_text, what));
   return Convert(j, 0, what);
 }
 

@@ -1,0 +1,52 @@
+// Speculative decoding (spec/serving.md §4-5): which drafter proposes tokens, and the n-gram
+// drafter itself. The MTP drafter runs the model's MTP head inside the model runner (it needs
+// the step's hidden states); verification and state rollback are the runner's too.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace moeserve::engine {
+
+enum class SpecMethod {
+  kNone,
+  kMtp,    // the model's MTP head, chained K times (vLLM's "mtp")
+  kNgram,  // prompt lookup in the request's own tokens (vLLM's "ngram")
+};
+
+inline constexpr int64_t kMaxSpeculativeTokens = 4;
+
+struct SpecConfig {
+  SpecMethod method = SpecMethod::kNone;
+  int64_t num_speculative_tokens = 0;  // K: drafts per step, 1 .. kMaxSpeculativeTokens
+  // ngram: the longest suffix of 1 .. max tokens found earlier wins, if at least min long
+  // (vLLM's prompt_lookup_min / prompt_lookup_max).
+  int64_t prompt_lookup_min = 2;
+  int64_t prompt_lookup_max = 5;
+  // No drafts while more requests than this run in a step: verifying 1 + K tokens each costs
+  // more than it saves once the batch alone keeps the cores busy. 0: never pause.
+  int64_t disable_batch_size = 0;
+
+  bool enabled() const { return method != SpecMethod::kNone; }
+  // Positions beyond a request's last verified token the drafter writes KV at: the MTP chain's
+  // steps 2 .. K run one position further each.
+  int64_t lookahead() const { return method == SpecMethod::kMtp ? num_speculative_tokens - 1 : 0; }
+};
+
+// "mtp:K" | "ngram:K" (K in 1 .. 4) | "none" -> method and K; other fields keep their defaults.
+Result<SpecConfig> ParseSpecFlag(std::string_view text);
+// "mtp:3", "ngram:2", "none".
+std::string SpecName(const SpecConfig& spec);
+
+// Prompt lookup: finds the longest n-gram (prompt_lookup_min <= n <= prompt_lookup_max) that
+// ends `tokens` and occurred earlier in it -- the most recent such occurrence -- and writes up
+// to max_drafts of the tokens that followed it to drafts. Returns how many (0: no match).
+// O(len(tokens) * prompt_lookup_max); allocates nothing.
+int64_t NgramPropose(std::span<const int32_t> tokens, int64_t prompt_lookup_min,
+                     int64_t prompt_lookup_max, int64_t max_drafts, int32_t* drafts);
+
+}  // namespace moeserve::engine
