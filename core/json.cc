@@ -39,13 +39,24 @@ int JsonNestingDepth(std::string_view text) {
   return deepest;
 }
 
+namespace {
+
+Status Named(std::string_view what, Status s) {
+  return what.empty() ? s : s.WithContext(std::string(what));
+}
+
+}  // namespace
+
 Status CheckJsonDepth(std::string_view text, std::string_view what, int limit) {
   const int depth = JsonNestingDepth(text);
   if (depth > limit) {
-    return InvalidArgument("nests deeper than {} levels (found {})", limit, depth)
-        .WithContext(std::string(what));
+    return Named(what, InvalidArgument("nests deeper than {} levels (found {})", limit, depth));
   }
   return OkStatus();
+}
+
+Status NotValidJson(std::string_view what, std::string_view detail) {
+  return Named(what, InvalidArgument("not valid JSON: {}", detail));
 }
 
 }  // namespace moeserve

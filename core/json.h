@@ -25,6 +25,9 @@ int JsonNestingDepth(std::string_view text);
 // empty: the caller adds its own context).
 Status CheckJsonDepth(std::string_view text, std::string_view what, int limit = kMaxJsonDepth);
 
+// InvalidArgument "<what>: not valid JSON: <detail>" (no "<what>: " when what is empty).
+Status NotValidJson(std::string_view what, std::string_view detail);
+
 // Parses text as JSON (nlohmann::json or ordered_json) after CheckJsonDepth. Errors name `what`
 // as CheckJsonDepth's do: "<what>: not valid JSON: <parser's message>".
 template <typename Json = nlohmann::json>
@@ -33,8 +36,7 @@ Result<Json> ParseJson(std::string_view text, std::string_view what, int limit =
   try {
     return Json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::exception& e) {
-    return Status(StatusCode::kInvalidArgument, fmt::format("not valid JSON: {}", e.what()))
-        .WithContext(std::string(what));
+    return NotValidJson(what, e.what());
   }
 }
 
