@@ -1,6 +1,7 @@
 // moeserve bench latency: in-process prefill rate and decode TPOT of the engine at one or more
 // batch sizes, against the memory-bandwidth roofline measured in the same run (CLI.md).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -34,6 +35,7 @@ struct Options {
 struct RunResult {
   int64_t batch_size, input_len, output_len;
   double prefill_tok_s, tpot_ms, decode_tok_s, roofline_tok_s, roofline_ratio;
+  engine::SpecDecodeStats spec;  // speculative decoding: drafts and acceptance in this run
 };
 
 // `batch` concurrent requests through a fresh engine (so no request finds another run's prompt
@@ -41,8 +43,10 @@ struct RunResult {
 // tokens. The prompts go in together; the scheduler chunks them under --max-num-batched-tokens
 // as it would when serving.
 //   prefill_tok_s = batch * input_len / (time until every request has its first token)
-//   tpot_ms       = mean time of the steps after that in which every request got a token (the
-//                   full batch decoding: the time per output token of each request)
+//   tpot_ms       = over the steps after that in which every request got a token (the full
+//                   batch decoding), their time / the tokens each request got in them: the time
+//                   per output token of a request (one token a step, or more with accepted
+//                   speculative drafts)
 //   decode_tok_s  = batch * 1000 / tpot_ms, aggregate over the batch
 Result<RunResult> RunBatch(model::CausalLm& lm, const engine::EngineConfig& config, int64_t batch,
                            int64_t input_len, int64_t output_len, int64_t seed) {
@@ -65,16 +69,23 @@ Result<RunResult> RunBatch(model::CausalLm& lm, const engine::EngineConfig& conf
   Stopwatch watch;
   int64_t num_started = 0;  // requests that have their first token
   double prefill_ms = 0, step_start_ms = 0, decode_ms = 0;
-  int64_t decode_steps = 0;
+  int64_t decode_steps = 0, decode_tokens = 0;
+  std::vector<int64_t> outputs_of(batch, 0);  // by request id: a fresh engine numbers from 0
   while (engine->HasUnfinished()) {
     ASSIGN_OR_RETURN(const std::vector<engine::Request*>* updated, StepEngine(*engine));
     const double now = watch.ElapsedMillis();
     const bool prefilled = num_started == batch;  // before this step
+    int64_t new_tokens = 0;
+    for (const engine::Request* r : *updated) {
+      num_started += r->num_output_tokens() == 1;  // a prefill emits exactly one token
+      new_tokens += r->num_output_tokens() - outputs_of.at(r->id);
+      outputs_of[r->id] = r->num_output_tokens();
+    }
     if (prefilled && static_cast<int64_t>(updated->size()) == batch) {
       decode_ms += now - step_start_ms;
+      decode_tokens += new_tokens;
       ++decode_steps;
     }
-    for (const engine::Request* r : *updated) num_started += r->num_output_tokens() == 1;
     if (!prefilled && num_started == batch) prefill_ms = now;
     step_start_ms = now;
   }
@@ -85,9 +96,9 @@ Result<RunResult> RunBatch(model::CausalLm& lm, const engine::EngineConfig& conf
         "--max-num-batched-tokens",
         batch, output_len);
   }
-  RunResult r{batch, input_len, output_len, 0, 0, 0, 0, 0};
+  RunResult r{batch, input_len, output_len, 0, 0, 0, 0, 0, engine->spec_stats()};
   r.prefill_tok_s = static_cast<double>(batch * input_len) / (prefill_ms * 1e-3);
-  r.tpot_ms = decode_ms / static_cast<double>(decode_steps);
+  r.tpot_ms = decode_ms / (static_cast<double>(decode_tokens) / static_cast<double>(batch));
   r.decode_tok_s = static_cast<double>(batch) * 1000.0 / r.tpot_ms;
   return r;
 }
@@ -175,12 +186,31 @@ int Run(const Options& o) {
   fmt::print("bytes per token  {:.1f} MB\n", stats.bytes_per_token * 1e-6);
   fmt::print("bandwidth        {:.1f} GB/s (measured in this run)\n", bandwidth);
   fmt::print("roofline         {:.1f} tokens/s (one sequence)\n\n", roofline);
-  fmt::print("{:>5} {:>6} {:>6} {:>12} {:>9} {:>12} {:>10}\n", "batch", "input", "output",
-             "prefill t/s", "TPOT ms", "decode t/s", "roofline");
+  const engine::SpecConfig& spec = config.spec;
+  if (spec.enabled()) {
+    fmt::print("speculative      {}{}\n", engine::SpecName(spec),
+               spec.disable_batch_size > 0
+                   ? fmt::format(" (paused above batch {})", spec.disable_batch_size)
+                   : "");
+  }
+  fmt::print("{:>5} {:>6} {:>6} {:>12} {:>9} {:>12} {:>10}{}\n", "batch", "input", "output",
+             "prefill t/s", "TPOT ms", "decode t/s", "roofline",
+             spec.enabled() ? "  accept.len  accepted per position" : "");
   for (const RunResult& r : runs) {
-    fmt::print("{:>5} {:>6} {:>6} {:>12.1f} {:>9.2f} {:>12.1f} {:>9.1f}%\n", r.batch_size,
+    std::string acceptance;
+    if (spec.enabled()) {
+      std::vector<std::string> rates;
+      for (int64_t n : r.spec.accepted_per_pos) {
+        rates.push_back(fmt::format("{:.3f}", r.spec.num_drafts > 0
+                                                  ? static_cast<double>(n) / r.spec.num_drafts
+                                                  : 0.0));
+      }
+      acceptance = fmt::format("  {:>10.2f}  {}", r.spec.mean_acceptance_length(),
+                               fmt::join(rates, " "));
+    }
+    fmt::print("{:>5} {:>6} {:>6} {:>12.1f} {:>9.2f} {:>12.1f} {:>9.1f}%{}\n", r.batch_size,
                r.input_len, r.output_len, r.prefill_tok_s, r.tpot_ms, r.decode_tok_s,
-               100.0 * r.roofline_ratio);
+               100.0 * r.roofline_ratio, acceptance);
   }
   // How batching scales the aggregate decode rate, when batch 1 was measured.
   const auto one =
@@ -208,7 +238,14 @@ int Run(const Options& o) {
                            {"tpot_ms", r.tpot_ms},
                            {"decode_tok_s", r.decode_tok_s},
                            {"roofline_tok_s", r.roofline_tok_s},
-                           {"roofline_ratio", r.roofline_ratio}});
+                           {"roofline_ratio", r.roofline_ratio},
+                           {"spec",
+                            {{"method", engine::SpecName(spec)},
+                             {"num_drafts", r.spec.num_drafts},
+                             {"num_draft_tokens", r.spec.num_draft_tokens},
+                             {"num_accepted_tokens", r.spec.num_accepted_tokens},
+                             {"num_accepted_tokens_per_pos", r.spec.accepted_per_pos},
+                             {"mean_acceptance_length", r.spec.mean_acceptance_length()}}}});
     }
     j["ablation"] = nlohmann::ordered_json::array();
     std::FILE* f = std::fopen(o.json_file.c_str(), "w");

@@ -161,6 +161,7 @@ void EngineLoop::SampleGauges() {
   const engine::KvCacheManager& cache = engine_->cache_manager();
   metrics_.SetGauges(engine_->num_running(), engine_->num_waiting(), engine_->kv_cache_usage(),
                      cache.prefix_cache_queries(), cache.prefix_cache_hits());
+  metrics_.SetSpecStats(engine_->spec_stats());
 }
 
 void EngineLoop::AddSubmission(Submission& s) {

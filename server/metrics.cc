@@ -73,6 +73,14 @@ void Metrics::SetGauges(int64_t running, int64_t waiting, double kv_usage, int64
   prefix_hits_ = prefix_hits;
 }
 
+void Metrics::SetSpecStats(const engine::SpecDecodeStats& stats) {
+  std::lock_guard lock(mu_);
+  spec_.num_drafts = stats.num_drafts;
+  spec_.num_draft_tokens = stats.num_draft_tokens;
+  spec_.num_accepted_tokens = stats.num_accepted_tokens;
+  spec_.accepted_per_pos.assign(stats.accepted_per_pos.begin(), stats.accepted_per_pos.end());
+}
+
 void Metrics::AddPreemptions(int64_t n) {
   std::lock_guard lock(mu_);
   preemptions_ += n;
@@ -149,6 +157,22 @@ std::string Metrics::Render(const std::string& model_name) const {
                                   {"abort", success_abort_}}) {
     out += fmt::format("vllm:request_success_total{{{},finished_reason=\"{}\"}} {}\n", labels,
                        reason, n);
+  }
+  if (!spec_.accepted_per_pos.empty()) {
+    // vLLM's SpecDecodingProm counters.
+    Header(&out, "vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.");
+    sample("vllm:spec_decode_num_drafts_total", std::to_string(spec_.num_drafts));
+    Header(&out, "vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.");
+    sample("vllm:spec_decode_num_draft_tokens_total", std::to_string(spec_.num_draft_tokens));
+    Header(&out, "vllm:spec_decode_num_accepted_tokens_total", "counter",
+           "Number of accepted tokens.");
+    sample("vllm:spec_decode_num_accepted_tokens_total", std::to_string(spec_.num_accepted_tokens));
+    Header(&out, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+           "Accepted tokens per draft position.");
+    for (size_t pos = 0; pos < spec_.accepted_per_pos.size(); ++pos) {
+      out += fmt::format("vllm:spec_decode_num_accepted_tokens_per_pos_total{{{},position=\"{}\"}} {}\n",
+                         labels, pos, spec_.accepted_per_pos[pos]);
+    }
   }
   Header(&out, "vllm:time_to_first_token_seconds", "histogram",
          "Histogram of time to first token in seconds.");

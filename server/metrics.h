@@ -35,6 +35,8 @@ class Metrics {
   void SetGauges(int64_t running, int64_t waiting, double kv_usage, int64_t prefix_queries,
                  int64_t prefix_hits);
   void AddPreemptions(int64_t n);
+  // Speculative decoding's counters, the engine's totals (rendered only when drafting is on).
+  void SetSpecStats(const engine::SpecDecodeStats& stats);
   void ObserveQueueTime(double seconds);
   // A request's first token: its prompt tokens are counted here.
   void ObserveFirstToken(double ttft_seconds, int64_t prompt_tokens);
@@ -54,6 +56,7 @@ class Metrics {
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   int64_t success_stop_ = 0, success_length_ = 0, success_abort_ = 0;
   Histogram ttft_, itl_, e2e_, queue_;
+  engine::SpecDecodeStats spec_;
 };
 
 }  // namespace moeserve::server
