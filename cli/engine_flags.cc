@@ -27,6 +27,9 @@ void EngineFlags::Register(FlagSet& flags) {
                "(prompt lookup), K in 1..4, or none");
   flags.Int("spec-disable-batch-size", &config.spec.disable_batch_size,
             "no drafts while more requests than this run in a step (0: always draft)");
+  flags.Double("spec-min-acceptance", &config.spec.min_acceptance,
+               "a request drafts a position only while its running chance of getting that far "
+               "is at least this (0: always K drafts)");
 }
 
 Status EngineFlags::Validate() const {
@@ -44,6 +47,9 @@ Status EngineFlags::Validate() const {
   }
   if (config.spec.disable_batch_size < 0) {
     return InvalidArgument("--spec-disable-batch-size: must not be negative");
+  }
+  if (!(config.spec.min_acceptance >= 0 && config.spec.min_acceptance <= 1)) {
+    return InvalidArgument("--spec-min-acceptance: must be in [0, 1]");
   }
   return engine::ParseSpecFlag(spec).status();
 }

@@ -72,6 +72,10 @@ Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig&
       return InvalidArgument("--spec-disable-batch-size must be >= 0 (got {})",
                              e.spec.disable_batch_size);
     }
+    if (!(e.spec.min_acceptance >= 0 && e.spec.min_acceptance <= 1)) {
+      return InvalidArgument("--spec-min-acceptance must be in [0, 1] (got {})",
+                             e.spec.min_acceptance);
+    }
   }
   // A verify run keeps the GDN state after each draft in a slot of its own (K per request).
   const int64_t spec_slots = e.spec.enabled() ? e.spec.num_speculative_tokens : 0;

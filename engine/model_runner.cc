@@ -242,15 +242,29 @@ void ModelRunner::VerifyRows(const ScheduledRequest& s, int64_t logits_row) {
   if (accepted > 0 && r.state_slot >= 0) std::swap(r.state_slot, r.spec_state_slots[accepted - 1]);
 }
 
-int64_t ModelRunner::DraftBudget(const ScheduledRequest& s, int64_t num_emitted) const {
-  const Request& r = *s.request;
+int64_t ModelRunner::DraftBudget(const ScheduledRequest& s, int64_t num_emitted) {
+  Request& r = *s.request;
   if (num_emitted == 0) return 0;
+  const SpecConfig& spec = config_.spec;
   const int64_t num_tokens = r.num_tokens() + num_emitted;
   const int64_t remaining = r.stop.max_tokens - (r.num_output_tokens() + num_emitted);
   // The next step emits at most drafts + 1 tokens and verifies positions up to
   // num_tokens - 1 + drafts, which must stay below max_model_len.
-  return std::max<int64_t>(0, std::min({config_.spec.num_speculative_tokens, remaining - 1,
-                                        config_.max_model_len - num_tokens}));
+  const int64_t limit = std::max<int64_t>(
+      0, std::min({spec.num_speculative_tokens, remaining - 1, config_.max_model_len - num_tokens}));
+  if (spec.min_acceptance <= 0 || limit == 0) return limit;
+  int64_t n = 0;
+  for (double reach = 1; n < limit; ++n) {
+    reach *= r.draft_acceptance[n];
+    if (reach < spec.min_acceptance) break;
+  }
+  if (n > 0) {
+    r.steps_without_drafts = 0;
+  } else if (++r.steps_without_drafts >= SpecConfig::kProbeInterval) {
+    r.steps_without_drafts = 0;
+    n = 1;  // a probe: the model may have come to agree again
+  }
+  return n;
 }
 
 void ModelRunner::Propose(const SchedulerOutput& out) {
@@ -265,8 +279,8 @@ void ModelRunner::Propose(const SchedulerOutput& out) {
   }
   for (int64_t i = 0; i < num_seqs; ++i) {
     const std::span<const int32_t> emitted = step_.tokens_of(i);
-    draft_budget_[i] =
-        static_cast<int32_t>(DraftBudget(out.scheduled[i], static_cast<int64_t>(emitted.size())));
+    draft_budget_[i] = static_cast<int32_t>(
+        DraftBudget(out.scheduled[i], static_cast<int64_t>(emitted.size())));
   }
   if (spec.method == SpecMethod::kMtp) {
     ProposeMtp(out);

@@ -69,9 +69,10 @@ class ModelRunner {
   void VerifyRows(const ScheduledRequest& s, int64_t logits_row);
   // The drafts of every request that emitted tokens, into step_.drafts.
   void Propose(const SchedulerOutput& out);
-  // Drafts request i may propose: K, capped so the next verify stays within max_tokens and
-  // max_model_len. 0 when it emitted nothing.
-  int64_t DraftBudget(const ScheduledRequest& s, int64_t num_emitted) const;
+  // Drafts request s may propose: K, capped so the next verify stays within max_tokens and
+  // max_model_len, then by its running acceptance (SpecConfig::min_acceptance). 0 when it
+  // emitted nothing.
+  int64_t DraftBudget(const ScheduledRequest& s, int64_t num_emitted);
   void ProposeMtp(const SchedulerOutput& out);
   // Appends r's prompt logprobs for the `rows.second` logits rows from rows.first, which score
   // prompt tokens first_pos + 1 ...

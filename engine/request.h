@@ -2,6 +2,7 @@
 // history, how much of it the model has computed, and the cache it holds.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -23,6 +24,9 @@ enum class RequestStatus {
 enum class FinishReason { kNone, kStop, kLength, kAbort };
 
 const char* FinishReasonName(FinishReason reason);  // "stop" | "length" | "abort" | "none"
+
+// Drafts per verify step, at most (--spec mtp:K / ngram:K).
+inline constexpr int64_t kMaxSpeculativeTokens = 4;
 
 // Acceptance of speculative drafts, as vLLM counts it (spec/serving.md §5, SpecDecodingStats).
 struct SpecDecodeStats {
@@ -88,6 +92,11 @@ struct Request {
   // (not part of the token history until accepted), and the acceptance counts so far.
   std::vector<int32_t> draft_token_ids;  // reserved to num_speculative_tokens
   SpecDecodeStats spec;
+  // Adaptive drafting: per draft position, a running estimate of how often it is accepted when
+  // the positions before it were (optimistic at first), and the steps since the request last
+  // drafted (drafting stopped for lack of acceptance probes now and then).
+  std::array<float, kMaxSpeculativeTokens> draft_acceptance = {1, 1, 1, 1};
+  int32_t steps_without_drafts = 0;
 
   int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }
   int64_t num_output_tokens() const { return static_cast<int64_t>(output_token_ids.size()); }

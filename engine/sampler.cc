@@ -331,7 +331,8 @@ int32_t RequestSampler::Draw(const float* weights, double total) {
   // One uniform double in [0, 1) from the top 53 bits, then the inverse CDF over token ids in
   // ascending order. vLLM draws by the exponential race (argmax p_i / q_i, q_i ~ Exp(1)); both
   // give token i with probability weights[i] / total.
-  const double target = Uniform() * total;
+  const double u = static_cast<double>(generator_() >> 11) * 0x1.0p-53;
+  const double target = u * total;
   double cumulative = 0.0;
   int32_t last = -1;
   for (int64_t i = 0; i < vocab_; ++i) {
@@ -342,62 +343,6 @@ int32_t RequestSampler::Draw(const float* weights, double total) {
     }
   }
   return last;  // only when rounding put target at total
-}
-
-double RequestSampler::Uniform() { return static_cast<double>(generator_() >> 11) * 0x1.0p-53; }
-
-bool RequestSampler::Verify(const float* logits, std::span<const int32_t> outputs, int32_t draft,
-                            float* scratch, SampledToken* result) {
-  int32_t token;
-  bool accepted;
-  if (plain_greedy_) {
-    token = GreedyToken(logits, vocab_);
-    accepted = token == draft;
-  } else {
-    float* work = scratch;
-    ApplyProcessors(logits, outputs, work);
-    if (greedy_) {
-      token = GreedyToken(work, vocab_);
-      accepted = token == draft;
-    } else {
-      float* weights = scratch + vocab_;
-      const double total = FinalWeights(work, weights);
-      if (!(total > 0.0) || !std::isfinite(total)) {
-        // Nothing to draw from (Sample's fallback): the argmax of what is left decides.
-        token = GreedyToken(work, vocab_);
-        accepted = token == draft;
-      } else {
-        // u < p(d) accepts with probability p(d) exactly, and never a token p rules out.
-        const double p_draft = weights[draft] / total;
-        accepted = Uniform() < p_draft;
-        if (accepted) {
-          token = draft;
-        } else {
-          // Recovered: p without the draft, renormalized (summed again in id order).
-          weights[draft] = 0.0f;
-          double rest = 0.0;
-          for (int64_t i = 0; i < vocab_; ++i) rest += weights[i];
-          token = rest > 0.0 ? Draw(weights, rest) : GreedyToken(work, vocab_);
-        }
-      }
-    }
-  }
-  RecordLogprobs(logits, token, scratch, result);
-  return accepted;
-}
-
-void RequestSampler::RecordLogprobs(const float* logits, int32_t token, float* scratch,
-                                    SampledToken* result) {
-  result->token = token;
-  if (logprobs_.has_value()) {
-    // Logprobs of the raw logits (vLLM's default raw_logprobs), which sampling never modifies,
-    // so computing them after the draw gives the same values and frees the scratch for it.
-    LogSoftmax(logits, vocab_, scratch);
-    GatherLogprobs(scratch, vocab_, *logprobs_, token, result);
-  } else {
-    result->sampled = TokenLogprob{token, 0.0f, 0};
-    result->top.clear();
-  }
 }
 
 void RequestSampler::Sample(const float* logits, std::span<const int32_t> outputs, float* scratch,
@@ -419,7 +364,16 @@ void RequestSampler::Sample(const float* logits, std::span<const int32_t> output
           total > 0.0 && std::isfinite(total) ? Draw(weights, total) : GreedyToken(work, vocab_);
     }
   }
-  RecordLogprobs(logits, token, scratch, result);
+  result->token = token;
+  if (logprobs_.has_value()) {
+    // Logprobs of the raw logits (vLLM's default raw_logprobs), which Sample never modifies, so
+    // computing them after the draw gives the same values and frees the scratch for it.
+    LogSoftmax(logits, vocab_, scratch);
+    GatherLogprobs(scratch, vocab_, *logprobs_, token, result);
+  } else {
+    result->sampled = TokenLogprob{token, 0.0f, 0};
+    result->top.clear();
+  }
 }
 
 void RequestSampler::Accept(int32_t token) {

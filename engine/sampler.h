@@ -59,15 +59,21 @@ class RequestSampler {
   void Sample(const float* logits, std::span<const int32_t> outputs, float* scratch,
               SampledToken* result);
 
-  // Speculative verification of one draft token at one verify row (spec/serving.md §4): the
-  // same processors as Sample, then greedy -- the token is the argmax, the draft is accepted if
-  // it equals it -- or random: the draft d is accepted with probability p(d) (the final
-  // distribution Sample draws from; drafts are one-hot, q(d) = 1, as vLLM's MTP and n-gram),
-  // else the token is drawn from p with d removed (normalize(max(p - q, 0))). Returns whether
-  // the draft was accepted; result->token is the token this row emits either way (the draft,
-  // or the recovered token). Logprobs as Sample's. Does not Accept.
+  // Speculative verification of one draft token at one verify row (spec/serving.md §4). Drafts
+  // are one-hot (q(d) = 1: MTP's argmax, n-gram), so the rejection rule is: accept d with
+  // probability p(d) -- p the final distribution Sample draws from -- else emit a token drawn
+  // from p without d (normalize(max(p - q, 0))). This draws the row's token exactly as Sample
+  // does, with the same one uniform from the request's generator, and accepts iff it is the
+  // draft: P(accept) = p(d), and a rejected row's token is p conditioned on not d -- the rule
+  // itself, as a coupling. So the tokens a request emits, and its generator's state, are those
+  // of decoding without drafts: seeded output does not depend on speculation, the batch or its
+  // pauses. Greedy rows: the argmax, accepted iff it is the draft. Returns whether the draft was
+  // accepted; result->token is the row's token either way. Does not Accept.
   bool Verify(const float* logits, std::span<const int32_t> outputs, int32_t draft, float* scratch,
-              SampledToken* result);
+              SampledToken* result) {
+    Sample(logits, outputs, scratch, result);
+    return result->token == draft;
+  }
 
   // Records an accepted output token (penalty counts).
   void Accept(int32_t token);
@@ -84,10 +90,7 @@ class RequestSampler {
   double FinalWeights(float* work, float* weights);
   // Inverse-CDF draw from weights [vocab] (sum `total`), one 53-bit uniform from generator_.
   int32_t Draw(const float* weights, double total);
-  // One uniform double in [0, 1) from the top 53 bits of generator_.
-  double Uniform();
-  // Fills result's logprobs of `token` from the raw logits (scratch: vocab floats).
-  void RecordLogprobs(const float* logits, int32_t token, float* scratch, SampledToken* result);
+
 
   int64_t vocab_;
   bool greedy_;

@@ -1064,6 +1064,35 @@ TEST(SamplerStatisticsTest, AWrongAcceptanceRuleIsRejected) {
   EXPECT_GT(fit.statistic, ChiSquareQuantile(0.001, fit.df));
 }
 
+// Verification draws each row's token as Sample does, with one uniform of the request's
+// generator: whatever the drafts, a seeded request emits the tokens it would without them.
+TEST(SamplerTest, VerifyEmitsWhatSampleWouldWhateverTheDraft) {
+  const int64_t V = 60;
+  std::mt19937_64 rng(21);
+  SamplingParams p;
+  p.temperature = 0.9;
+  p.top_p = 0.9;
+  p.presence_penalty = 0.5;
+  p.seed = 77;
+  p.Normalize();
+  RequestSampler plain(p, {}, {}, V, 0), verifying(p, {}, {}, V, 0);
+  std::vector<float> scratch(2 * V);
+  std::vector<int32_t> outputs;
+  SampledToken a, b;
+  int64_t accepted = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const std::vector<float> logits = RandomLogits(V, 2.0, rng);
+    plain.Sample(logits.data(), outputs, scratch.data(), &a);
+    const int32_t draft = i % 3 == 0 ? a.token : static_cast<int32_t>(rng() % V);
+    accepted += verifying.Verify(logits.data(), outputs, draft, scratch.data(), &b);
+    ASSERT_EQ(a.token, b.token) << "step " << i;
+    plain.Accept(a.token);
+    verifying.Accept(b.token);
+    outputs.push_back(a.token);
+  }
+  EXPECT_GE(accepted, 2000 / 3);
+}
+
 TEST(SamplerTest, GreedyVerifyAcceptsExactlyTheArgmax) {
   const int64_t V = 40;
   std::mt19937_64 rng(3);

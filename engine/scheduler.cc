@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "engine/spec_decode.h"
 
 namespace moeserve::engine {
 namespace {
@@ -270,6 +271,12 @@ const std::vector<Request*>& Scheduler::Update(const SchedulerOutput& out, const
       spec_stats_.num_draft_tokens += s.num_draft_tokens;
       spec_stats_.num_accepted_tokens += accepted;
       for (int64_t pos = 0; pos < accepted; ++pos) ++spec_stats_.accepted_per_pos[pos];
+      // The running acceptance of each position this step decided (adaptive drafting).
+      constexpr float a = SpecConfig::kAcceptanceSmoothing;
+      for (int64_t pos = 0; pos < accepted; ++pos) {
+        r.draft_acceptance[pos] += a * (1.0f - r.draft_acceptance[pos]);
+      }
+      if (accepted < s.num_draft_tokens) r.draft_acceptance[accepted] *= 1.0f - a;
     }
     FinishReason reason = FinishReason::kNone;
     for (const int32_t token : emitted) {

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "core/status.h"
+#include "engine/request.h"
 
 namespace moeserve::engine {
 
@@ -17,8 +18,6 @@ enum class SpecMethod {
   kMtp,    // the model's MTP head, chained K times (vLLM's "mtp")
   kNgram,  // prompt lookup in the request's own tokens (vLLM's "ngram")
 };
-
-inline constexpr int64_t kMaxSpeculativeTokens = 4;
 
 struct SpecConfig {
   SpecMethod method = SpecMethod::kNone;
@@ -30,6 +29,13 @@ struct SpecConfig {
   // No drafts while more requests than this run in a step: verifying 1 + K tokens each costs
   // more than it saves once the batch alone keeps the cores busy. 0: never pause.
   int64_t disable_batch_size = 0;
+  // Adaptive drafting: a request drafts position i only while its estimated chance of getting
+  // that far (the product of its positions' running acceptance rates) is at least this, since a
+  // draft that is rarely accepted costs a verify position (and an MTP pass) for little. A
+  // request that stopped drafting tries one draft every kProbeInterval steps. 0: always K.
+  double min_acceptance = 0.3;
+  static constexpr int32_t kProbeInterval = 8;
+  static constexpr float kAcceptanceSmoothing = 0.25f;  // weight of the newest verify step
 
   bool enabled() const { return method != SpecMethod::kNone; }
   // Positions beyond a request's last verified token the drafter writes KV at: the MTP chain's
