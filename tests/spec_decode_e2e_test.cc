@@ -139,6 +139,41 @@ TEST_F(SpecE2eTest, StopsInsideAnAcceptedRunAndLogprobsPerToken) {
   EXPECT_EQ(with["requests"][1]["token_ids"].size(), 7u);  // max_tokens never exceeded
 }
 
+// The engine's MTP acceptance on the default model equals the PyTorch estimate the training tools
+// made (tools/train/mtp_acceptance.py, the same 16 held-out prompts, greedy, 128 tokens): per
+// draft position, the fraction of verify steps that accepted it, within 0.05, for K = 1, 2, 3.
+TEST_F(SpecE2eTest, MtpAcceptanceMatchesThePyTorchEstimate) {
+  const json data = json::parse(
+      e2e::ReadFile(fs::path(MOESERVE_SOURCE_DIR) / "tests" / "data" / "mtp_heldout_prompts.json"));
+  std::vector<json> lines;
+  for (const json& prompt : data["prompts"]) {
+    lines.push_back({{"token_ids", prompt},
+                     {"max_tokens", data["max_tokens"]},
+                     {"stop_token_ids", data["stop_token_ids"]},
+                     {"repetition_penalty", 1}});
+  }
+  const std::vector<double> expected = data["pytorch_accepted_per_position"];
+  for (int k = 1; k <= 3; ++k) {
+    // Every step drafts K (no adaptive drafting): the estimate assumes K drafts at every step.
+    const json result = Generate(lines, fmt::format("--spec mtp:{} --spec-min-acceptance 0", k));
+    int64_t drafts = 0;
+    std::vector<int64_t> accepted(k, 0);
+    for (const json& r : result["requests"]) {
+      drafts += r["spec"]["num_drafts"].get<int64_t>();
+      for (int pos = 0; pos < k; ++pos) {
+        accepted[pos] += r["spec"]["num_accepted_tokens_per_pos"][pos].get<int64_t>();
+      }
+    }
+    ASSERT_GT(drafts, 500);
+    for (int pos = 0; pos < k; ++pos) {
+      const double rate = static_cast<double>(accepted[pos]) / drafts;
+      std::printf("mtp:%d position %d: accepted %.3f of %lld steps (PyTorch %.3f)\n", k, pos + 1,
+                  rate, static_cast<long long>(drafts), expected[pos]);
+      EXPECT_NEAR(rate, expected[pos], 0.05) << "K = " << k << ", position " << pos + 1;
+    }
+  }
+}
+
 TEST_F(SpecE2eTest, BadSpecFlagsExit2) {
   for (const std::string bad : {"--spec mtp", "--spec mtp:9", "--spec eagle:2",
                                 "--spec-disable-batch-size -1"}) {
