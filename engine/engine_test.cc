@@ -634,6 +634,40 @@ TEST(EngineSpecTest, PreemptionInTheMiddleKeepsTheTokens) {
   }
 }
 
+// Verify steps of 1 + K tokens, MTP draft passes and the state-slot trades allocate nothing,
+// for greedy requests and sampled ones with penalties. (Logprobs allocate their top-N lists, with
+// or without drafts.)
+TEST(EngineSpecTest, SpeculativeStepsAllocateNothing) {
+  auto lm = LoadModel(MOESERVE_DEFAULT_MODEL_DIR);
+  ASSERT_TRUE(lm);
+  const auto prompts = RepetitivePrompts(lm->config().vocab_size);
+  for (const char* spec : {"mtp:3", "ngram:3"}) {
+    SCOPED_TRACE(spec);
+    EngineConfig config{.max_num_seqs = 8, .max_num_batched_tokens = 512, .max_model_len = 512};
+    config.spec = *ParseSpecFlag(spec);
+    config.spec.min_acceptance = 0;  // always K drafts: every path runs every step
+    auto engine = Engine::Create(*lm, config);
+    ASSERT_TRUE(engine.ok());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      SamplingParams params = Greedy(200);
+      if (i % 2 == 1) {
+        params.temperature = 0.8;
+        params.seed = static_cast<int64_t>(i);
+        params.repetition_penalty = 1.1;
+      }
+      ASSERT_TRUE((*engine)->AddRequest(prompts[i], params).ok());
+    }
+    for (int s = 0; s < 8; ++s) (*engine)->Step();  // prefills, then warm every path
+    const int64_t before = HeapAllocations();
+    TraceHeapAllocations(true);
+    for (int s = 0; s < 30; ++s) (*engine)->Step();
+    TraceHeapAllocations(false);
+    EXPECT_EQ(HeapAllocations() - before, 0) << "heap allocations in 30 speculative steps";
+    EXPECT_GT((*engine)->spec_stats().num_drafts, 0);
+    EXPECT_EQ((*engine)->num_running(), 8);
+  }
+}
+
 TEST(EngineSpecTest, MtpNeedsAnMtpLayer) {
   auto lm = LoadModel(Qwen3MoeDir());
   ASSERT_TRUE(lm);

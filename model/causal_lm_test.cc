@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -201,6 +202,70 @@ TEST(ForwardTest, PrefillSplitsAndStepsAgree) {
     EXPECT_LT(RowRelError(last.data(), &all[(tokens.size() - 1) * kVocab], kVocab), 1e-5)
         << "chunk " << chunk;
   }
+}
+
+// A verify run [x, d1, d2, d3] (TokenBatch::verify_slots) keeps the GDN state after each token
+// in its own slot: the state after d1 -- as if d2 and d3 had been rejected -- equals, bit for
+// bit, the state of a sequence that decoded x and d1 one step at a time and never saw d2 or d3;
+// so do the logits of x and d1. The state the run started from is the slot after x.
+TEST(ForwardTest, VerifyRunKeepsTheStateAfterEachToken) {
+  std::unique_ptr<CausalLm> lm = LoadOrDie(kTinyDir);
+  ASSERT_NE(lm, nullptr);
+  const io::ModelConfig& c = lm->config();
+  const std::vector<int32_t> prompt =
+      Golden()["prompts"][1]["token_ids"].get<std::vector<int32_t>>();  // 150 tokens
+  const std::vector<int32_t> run = {17, 250, 3, 99};
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  // Two sequences in one cache: slot 0 decodes step by step; slot 1 verifies into slots 1..4.
+  ModelCache cache(c, CacheSizes{40, 16, 5});
+  std::vector<int32_t> table0(20), table1(20);
+  std::iota(table0.begin(), table0.end(), 0);
+  std::iota(table1.begin(), table1.end(), 20);
+  cache.ResetSlot(0);
+  cache.ResetSlot(1);
+  lm->Forward({prompt.data(), P, 0, table0.data(), 0}, cache, false, nullptr, nullptr);
+  lm->Forward({prompt.data(), P, 0, table1.data(), 1}, cache, false, nullptr, nullptr);
+
+  std::vector<std::vector<float>> step_logits(2);
+  for (int t = 0; t < 2; ++t) {
+    lm->Forward({&run[t], 1, P + t, table0.data(), 0}, cache, false, nullptr, &step_logits[t]);
+  }
+
+  std::vector<int64_t> positions(4);
+  std::iota(positions.begin(), positions.end(), P);
+  const std::vector<int32_t> seq_of(4, 0), query_start = {0, 4}, slot = {1};
+  const std::vector<int32_t> verify = {1, 2, 3, 4};
+  const int32_t* tables[] = {table1.data()};
+  const int32_t* verify_slots[] = {verify.data()};
+  const TokenBatch batch{4, run.data(), positions.data(), seq_of.data(), 1, query_start.data(),
+                         tables, slot.data(), verify_slots};
+  const std::vector<int32_t> rows = {0, 1, 2, 3};
+  lm->Reserve(4, 4);
+  lm->ForwardBatch(batch, cache, rows.data(), 4);
+  const int64_t V = c.vocab_size;
+  for (int t = 0; t < 2; ++t) {
+    EXPECT_EQ(0, std::memcmp(lm->logits() + t * V, step_logits[t].data(), V * sizeof(float)))
+        << "logits of verify token " << t;
+  }
+  const int64_t conv_floats = (c.linear_conv_kernel_dim - 1) * c.linear_conv_dim();
+  const int64_t state_floats =
+      c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim;
+  int64_t gdn_layers = 0;
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    if (c.layer_types[layer] != io::LayerType::kLinearAttention) continue;
+    ++gdn_layers;
+    // Slot 2: after x and d1. Slot 0 decoded exactly those.
+    EXPECT_EQ(0, std::memcmp(cache.recurrent_state(layer, 2), cache.recurrent_state(layer, 0),
+                             state_floats * sizeof(float)))
+        << "recurrent state, layer " << layer;
+    EXPECT_EQ(0, std::memcmp(cache.conv_state(layer, 2), cache.conv_state(layer, 0),
+                             conv_floats * sizeof(float)))
+        << "conv window, layer " << layer;
+    // Later slots moved on: the run really wrote a state per token.
+    EXPECT_NE(0, std::memcmp(cache.recurrent_state(layer, 4), cache.recurrent_state(layer, 2),
+                             state_floats * sizeof(float)));
+  }
+  EXPECT_GT(gdn_layers, 0);
 }
 
 // ---- The same weights in other files: f32, and the Qwen3.5-MoE layout. ----
