@@ -30,7 +30,7 @@ struct EngineConfig {
   int64_t block_size = 16;
   bool enable_prefix_caching = true;  // attention-only models; hybrid models run without it
   int64_t long_prefill_token_threshold = 0;
-  SpecConfig spec;  // --spec, --spec-disable-batch-size
+  SpecConfig spec = {};  // --spec, --spec-disable-batch-size, --spec-min-acceptance
 };
 
 // What a configuration resolved to, for logs and tests.
@@ -43,7 +43,7 @@ struct EngineLayout {
   int64_t state_bytes = 0;
   int64_t prefill_alignment = 1;
   bool prefix_caching = false;
-  SpecConfig spec;
+  SpecConfig spec = {};
 };
 
 // vLLM's parallel sampling: n > 1 becomes n requests with n = 1, choice i seeded seed + i when a

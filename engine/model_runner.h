@@ -35,7 +35,7 @@ struct RunnerConfig {
   int64_t max_num_batched_tokens = 2048;
   int64_t max_blocks_per_request = 0;    // block-table row width
   int64_t max_model_len = 0;
-  SpecConfig spec;
+  SpecConfig spec = {};
 };
 
 class ModelRunner {

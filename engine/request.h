@@ -91,7 +91,7 @@ struct Request {
   // Speculative decoding: the drafts proposed after the last step, verified by the next one
   // (not part of the token history until accepted), and the acceptance counts so far.
   std::vector<int32_t> draft_token_ids;  // reserved to num_speculative_tokens
-  SpecDecodeStats spec;
+  SpecDecodeStats spec = {};
   // Adaptive drafting: per draft position, a running estimate of how often it is accepted when
   // the positions before it were (optimistic at first), and the steps since the request last
   // drafted (drafting stopped for lack of acceptance probes now and then).

@@ -22,7 +22,13 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const std::string kGolden = MOESERVE_SHARED_DIR "/testdata/tiny-qwen3next";
+// Under AddressSanitizer (a Debug build, ~20x slower) the matrices below are cut to one
+// configuration each: that pass looks for memory errors, the Release pass runs them all.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
 
 class SpecE2eTest : public ::testing::Test {
  protected:
@@ -78,7 +84,10 @@ std::vector<json> EightRequests(bool greedy) {
 TEST_F(SpecE2eTest, GreedyGenerateEqualsPlainAndReportsAcceptance) {
   const std::vector<json> lines = EightRequests(/*greedy=*/true);
   const json plain = Generate(lines, "");
-  for (const std::string spec : {"mtp:1", "mtp:3", "ngram:2", "ngram:4"}) {
+  const std::vector<std::string> specs =
+      kSanitized ? std::vector<std::string>{"mtp:3"}
+                 : std::vector<std::string>{"mtp:1", "mtp:3", "ngram:2", "ngram:4"};
+  for (const std::string& spec : specs) {
     SCOPED_TRACE(spec);
     // Eight at once, and concurrency 1 (one request at a time).
     for (const std::string concurrency : {"", "--max-num-seqs 1"}) {
@@ -97,7 +106,9 @@ TEST_F(SpecE2eTest, GreedyGenerateEqualsPlainAndReportsAcceptance) {
         EXPECT_TRUE(s.contains("acceptance_rate"));
       }
       EXPECT_GT(drafts, 0);
-      if (spec.starts_with("mtp")) EXPECT_GT(accepted, 0) << "the trained MTP head never agreed";
+      if (spec.starts_with("mtp")) {
+        EXPECT_GT(accepted, 0) << "the trained MTP head never agreed";
+      }
     }
   }
 }
@@ -109,13 +120,16 @@ TEST_F(SpecE2eTest, SeededSamplingWithDraftsEqualsWithout) {
   const std::vector<json> lines = EightRequests(/*greedy=*/false);
   const json plain = Generate(lines, "");
   const json batched = Generate(lines, "--spec mtp:3");
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(batched["requests"][i]["token_ids"], plain["requests"][i]["token_ids"]) << i;
+    EXPECT_GT(batched["requests"][i]["spec"]["num_drafts"].get<int64_t>(), 0);
+  }
+  if (kSanitized) return;
   const json alone = Generate(lines, "--spec mtp:3 --max-num-seqs 1");
   const json paused = Generate(lines, "--spec ngram:2 --spec-disable-batch-size 4");
   for (size_t i = 0; i < 8; ++i) {
-    EXPECT_EQ(batched["requests"][i]["token_ids"], plain["requests"][i]["token_ids"]) << i;
     EXPECT_EQ(alone["requests"][i]["token_ids"], plain["requests"][i]["token_ids"]) << i;
     EXPECT_EQ(paused["requests"][i]["token_ids"], plain["requests"][i]["token_ids"]) << i;
-    EXPECT_GT(batched["requests"][i]["spec"]["num_drafts"].get<int64_t>(), 0);
   }
 }
 
@@ -143,6 +157,7 @@ TEST_F(SpecE2eTest, StopsInsideAnAcceptedRunAndLogprobsPerToken) {
 // made (tools/train/mtp_acceptance.py, the same 16 held-out prompts, greedy, 128 tokens): per
 // draft position, the fraction of verify steps that accepted it, within 0.05, for K = 1, 2, 3.
 TEST_F(SpecE2eTest, MtpAcceptanceMatchesThePyTorchEstimate) {
+  if (kSanitized) GTEST_SKIP() << "numbers, not memory: the Release pass runs this";
   const json data = json::parse(
       e2e::ReadFile(fs::path(MOESERVE_SOURCE_DIR) / "tests" / "data" / "mtp_heldout_prompts.json"));
   std::vector<json> lines;
@@ -153,7 +168,7 @@ TEST_F(SpecE2eTest, MtpAcceptanceMatchesThePyTorchEstimate) {
                      {"repetition_penalty", 1}});
   }
   const std::vector<double> expected = data["pytorch_accepted_per_position"];
-  for (int k = 1; k <= 3; ++k) {
+  for (int k = kSanitized ? 3 : 1; k <= 3; ++k) {
     // Every step drafts K (no adaptive drafting): the estimate assumes K drafts at every step.
     const json result = Generate(lines, fmt::format("--spec mtp:{} --spec-min-acceptance 0", k));
     int64_t drafts = 0;
