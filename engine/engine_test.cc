@@ -562,6 +562,7 @@ std::pair<int64_t, int64_t> ExpectSpecEqualsPlain(const SpecCase& c) {
     CHECK(spec.ok());
     EngineConfig roomy = plain;
     roomy.spec = *spec;
+    roomy.spec.disable_batch_size = 0;  // draft in batches of eight too
     EngineConfig tight = roomy;
     tight.max_num_batched_tokens = 64;
     for (size_t i = 0; i < prompts.size(); i += 3) {
@@ -629,6 +630,7 @@ TEST(EngineSpecTest, PreemptionInTheMiddleKeepsTheTokens) {
   EngineConfig roomy{.max_num_seqs = 8, .max_num_batched_tokens = 512, .max_model_len = 128};
   EngineConfig small = roomy;
   small.spec = *ParseSpecFlag("mtp:3");
+  small.spec.disable_batch_size = 0;
   auto probe = Engine::Create(*lm, roomy);
   ASSERT_TRUE(probe.ok());
   const double block_gib = static_cast<double>((*probe)->layout().kv_bytes) /
@@ -656,6 +658,7 @@ TEST(EngineSpecTest, SpeculativeStepsAllocateNothing) {
     EngineConfig config{.max_num_seqs = 8, .max_num_batched_tokens = 512, .max_model_len = 512};
     config.spec = *ParseSpecFlag(spec);
     config.spec.min_acceptance = 0;  // always K drafts: every path runs every step
+    config.spec.disable_batch_size = 0;
     auto engine = Engine::Create(*lm, config);
     ASSERT_TRUE(engine.ok());
     for (size_t i = 0; i < prompts.size(); ++i) {

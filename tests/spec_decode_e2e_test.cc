@@ -91,7 +91,8 @@ TEST_F(SpecE2eTest, GreedyGenerateEqualsPlainAndReportsAcceptance) {
     SCOPED_TRACE(spec);
     // Eight at once, and concurrency 1 (one request at a time).
     for (const std::string concurrency : {"", "--max-num-seqs 1"}) {
-      const json with = Generate(lines, "--spec " + spec + " " + concurrency);
+      const json with =
+          Generate(lines, "--spec " + spec + " --spec-disable-batch-size 0 " + concurrency);
       ASSERT_EQ(with["requests"].size(), 8u);
       int64_t drafts = 0, accepted = 0;
       for (size_t i = 0; i < 8; ++i) {
@@ -119,14 +120,14 @@ TEST_F(SpecE2eTest, GreedyGenerateEqualsPlainAndReportsAcceptance) {
 TEST_F(SpecE2eTest, SeededSamplingWithDraftsEqualsWithout) {
   const std::vector<json> lines = EightRequests(/*greedy=*/false);
   const json plain = Generate(lines, "");
-  const json batched = Generate(lines, "--spec mtp:3");
+  const json batched = Generate(lines, "--spec mtp:3 --spec-disable-batch-size 0");
   for (size_t i = 0; i < 8; ++i) {
     EXPECT_EQ(batched["requests"][i]["token_ids"], plain["requests"][i]["token_ids"]) << i;
     EXPECT_GT(batched["requests"][i]["spec"]["num_drafts"].get<int64_t>(), 0);
   }
   if (kSanitized) return;
   const json alone = Generate(lines, "--spec mtp:3 --max-num-seqs 1");
-  const json paused = Generate(lines, "--spec ngram:2 --spec-disable-batch-size 4");
+  const json paused = Generate(lines, "--spec ngram:2 --spec-disable-batch-size 2");
   for (size_t i = 0; i < 8; ++i) {
     EXPECT_EQ(alone["requests"][i]["token_ids"], plain["requests"][i]["token_ids"]) << i;
     EXPECT_EQ(paused["requests"][i]["token_ids"], plain["requests"][i]["token_ids"]) << i;
@@ -141,7 +142,7 @@ TEST_F(SpecE2eTest, StopsInsideAnAcceptedRunAndLogprobsPerToken) {
       {{"prompt", "Elizabeth was"}, {"max_tokens", 7}, {"logprobs", 1}},
       {{"prompt", "And God said"}, {"max_tokens", 50}, {"min_tokens", 20}}};
   const json plain = Generate(lines, "");
-  const json with = Generate(lines, "--spec mtp:4");
+  const json with = Generate(lines, "--spec mtp:4 --spec-disable-batch-size 0");
   for (size_t i = 0; i < lines.size(); ++i) {
     EXPECT_EQ(with["requests"][i]["token_ids"], plain["requests"][i]["token_ids"]) << i;
     EXPECT_EQ(with["requests"][i]["text"], plain["requests"][i]["text"]) << i;
@@ -170,7 +171,8 @@ TEST_F(SpecE2eTest, MtpAcceptanceMatchesThePyTorchEstimate) {
   const std::vector<double> expected = data["pytorch_accepted_per_position"];
   for (int k = kSanitized ? 3 : 1; k <= 3; ++k) {
     // Every step drafts K (no adaptive drafting): the estimate assumes K drafts at every step.
-    const json result = Generate(lines, fmt::format("--spec mtp:{} --spec-min-acceptance 0", k));
+    const json result = Generate(
+        lines, fmt::format("--spec mtp:{} --spec-min-acceptance 0 --spec-disable-batch-size 0", k));
     int64_t drafts = 0;
     std::vector<int64_t> accepted(k, 0);
     for (const json& r : result["requests"]) {
