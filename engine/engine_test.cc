@@ -32,31 +32,25 @@ std::unique_ptr<model::CausalLm> LoadModel(const std::string& dir) {
   return lm.ok() ? std::move(*lm) : nullptr;
 }
 
-// A hybrid model with an MTP layer (random weights: its drafts are mostly rejected), made once per
-// test binary run.
+// A model folder `moeserve make-model <flags>` writes, made once per test binary run.
+std::string MadeModel(const std::string& name, const std::string& flags) {
+  const fs::path path = fs::temp_directory_path() / fmt::format("moeserve_{}_{}", name, getpid());
+  const std::string cmd =
+      fmt::format("{} make-model {} --out {} 2>/dev/null", MOESERVE_BINARY, flags, path.string());
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return path.string();
+}
+
+// A hybrid model with an MTP layer (random weights: its drafts are mostly rejected).
 const std::string& HybridMtpDir() {
-  static const std::string dir = [] {
-    const fs::path path =
-        fs::temp_directory_path() / fmt::format("moeserve_engine_mtp_{}", getpid());
-    const std::string cmd = fmt::format("{} make-model --arch qwen3_next --preset tiny --seed 6 "
-                                        "--mtp-layers 1 --out {} 2>/dev/null",
-                                        MOESERVE_BINARY, path.string());
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    return path.string();
-  }();
+  static const std::string dir =
+      MadeModel("engine_mtp", "--arch qwen3_next --preset tiny --seed 6 --mtp-layers 1");
   return dir;
 }
 
-// An attention-only MoE model (prefix caching applies), made once per test binary run.
+// An attention-only MoE model (prefix caching applies).
 const std::string& Qwen3MoeDir() {
-  static const std::string dir = [] {
-    const fs::path path = fs::temp_directory_path() / fmt::format("moeserve_engine_{}", getpid());
-    const std::string cmd = fmt::format("{} make-model --arch qwen3_moe --preset tiny --seed 5 "
-                                        "--out {} 2>/dev/null",
-                                        MOESERVE_BINARY, path.string());
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    return path.string();
-  }();
+  static const std::string dir = MadeModel("engine", "--arch qwen3_moe --preset tiny --seed 5");
   return dir;
 }
 
@@ -128,6 +122,14 @@ std::vector<Trace> RunAll(Engine& engine, const std::vector<std::vector<int32_t>
   EXPECT_EQ(engine.cache_manager().num_used_blocks(), 0);
   EXPECT_EQ(engine.cache_manager().num_used_state_slots(), 0);
   return traces;
+}
+
+// GiB of one KV block of `config`'s engine.
+double BlockGiB(model::CausalLm& lm, const EngineConfig& config) {
+  auto probe = Engine::Create(lm, config);
+  CHECK(probe.ok()) << probe.status().ToString();
+  return static_cast<double>((*probe)->layout().kv_bytes) / (*probe)->layout().num_blocks /
+         (1024.0 * 1024.0 * 1024.0);
 }
 
 // The same request alone in a fresh engine of the same configuration.
@@ -244,11 +246,7 @@ TEST(EngineTest, PreemptionRecomputesAndKeepsTheOutput) {
   const EngineConfig roomy{.max_num_seqs = 8, .max_num_batched_tokens = 512, .max_model_len = 128};
   // 8 blocks of 16 positions hold one full-length request but not six 60-token ones.
   EngineConfig small = roomy;
-  auto probe = Engine::Create(*lm, roomy);
-  ASSERT_TRUE(probe.ok());
-  const double block_gib = static_cast<double>((*probe)->layout().kv_bytes) /
-                           (*probe)->layout().num_blocks / (1024.0 * 1024.0 * 1024.0);
-  small.kv_cache_memory_gib = 8.5 * block_gib;
+  small.kv_cache_memory_gib = 8.5 * BlockGiB(*lm, roomy);
   auto engine = Engine::Create(*lm, small);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   ASSERT_EQ((*engine)->layout().num_blocks, 8);
@@ -631,11 +629,7 @@ TEST(EngineSpecTest, PreemptionInTheMiddleKeepsTheTokens) {
   EngineConfig small = roomy;
   small.spec = *ParseSpecFlag("mtp:3");
   small.spec.disable_batch_size = 0;
-  auto probe = Engine::Create(*lm, roomy);
-  ASSERT_TRUE(probe.ok());
-  const double block_gib = static_cast<double>((*probe)->layout().kv_bytes) /
-                           (*probe)->layout().num_blocks / (1024.0 * 1024.0 * 1024.0);
-  small.kv_cache_memory_gib = 8.5 * block_gib;
+  small.kv_cache_memory_gib = 8.5 * BlockGiB(*lm, roomy);  // preempts, as the test above
   auto engine = Engine::Create(*lm, small);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   int64_t preemptions = 0;

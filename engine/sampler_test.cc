@@ -979,24 +979,39 @@ TEST(SamplerStatisticsTest, DrawsFollowTheIntendedDistribution) {
   }
 }
 
+// A target distribution for the verification tests: random logits over 50 tokens through
+// temperature 0.8 (and top_k), its exact probabilities, and the sample size of a 1 % shift.
+struct VerifyTarget {
+  static constexpr int64_t kVocab = 50;
+  std::vector<float> logits;
+  SamplingParams params;
+  std::vector<double> expected;
+  int64_t n = 0;
+
+  VerifyTarget(int64_t top_k, int64_t seed) {
+    std::mt19937_64 rng(7);
+    logits = RandomLogits(kVocab, 1.5, rng);
+    params.temperature = 0.8;
+    params.top_k = top_k;
+    params.seed = seed;
+    params.Normalize();
+    expected = ReferenceSample(params, {}, {}, {}, logits).probs;
+    int df = -1;
+    for (double e : expected) df += e > 0;
+    n = std::max<int64_t>(200000, SamplesFor1PercentShift(df));
+  }
+};
 
 // Speculative verification with a one-hot draft (MTP's argmax, n-gram): token = the draft with
 // probability p(draft), else a draw from p without it. Whatever the draft, the tokens a row emits
 // follow p exactly -- the property that makes speculative decoding lossless (arXiv 2211.17192).
 TEST(SamplerStatisticsTest, VerifiedTokensFollowTheTargetDistribution) {
-  const int64_t V = 50;
-  std::mt19937_64 rng(7);
-  const std::vector<float> logits = RandomLogits(V, 1.5, rng);
-  SamplingParams p;
-  p.temperature = 0.8;
-  p.top_k = 30;
-  p.seed = 99;
-  p.Normalize();
-  const std::vector<double> expected = ReferenceSample(p, {}, {}, {}, logits).probs;
+  const VerifyTarget target(/*top_k=*/30, /*seed=*/99);
+  const int64_t V = VerifyTarget::kVocab, n = target.n;
+  const std::vector<float>& logits = target.logits;
+  const SamplingParams& p = target.params;
+  const std::vector<double>& expected = target.expected;
   const std::vector<size_t> order = ByProbability(expected);
-  int df = -1;
-  for (double e : expected) df += e > 0;
-  const int64_t n = std::max<int64_t>(200000, SamplesFor1PercentShift(df));
   // Drafts the target likes, finds middling, and rules out (top-k masks it).
   const int32_t masked = static_cast<int32_t>(order.back());
   ASSERT_EQ(expected[masked], 0.0);
@@ -1031,18 +1046,12 @@ TEST(SamplerStatisticsTest, VerifiedTokensFollowTheTargetDistribution) {
 // A wrong rejection rule is caught: accepting the draft with probability sqrt(p(d)) (a rule of
 // the same shape that is not lossless) makes the emitted tokens fail the same test.
 TEST(SamplerStatisticsTest, AWrongAcceptanceRuleIsRejected) {
-  const int64_t V = 50;
-  std::mt19937_64 rng(7);
-  const std::vector<float> logits = RandomLogits(V, 1.5, rng);
-  SamplingParams p;
-  p.temperature = 0.8;
-  p.seed = 5;
-  p.Normalize();
-  const std::vector<double> expected = ReferenceSample(p, {}, {}, {}, logits).probs;
+  const VerifyTarget target(/*top_k=*/0, /*seed=*/5);
+  const int64_t V = VerifyTarget::kVocab, n = target.n;
+  const std::vector<float>& logits = target.logits;
+  const SamplingParams& p = target.params;
+  const std::vector<double>& expected = target.expected;
   const int32_t draft = static_cast<int32_t>(ByProbability(expected)[3]);
-  int df = -1;
-  for (double e : expected) df += e > 0;
-  const int64_t n = std::max<int64_t>(200000, SamplesFor1PercentShift(df));
   RequestSampler s(p, {}, {}, V, 0);
   std::vector<float> scratch(2 * V);
   SampledToken result;
