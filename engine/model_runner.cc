@@ -30,7 +30,6 @@ ModelRunner::ModelRunner(model::CausalLm& model, const RunnerConfig& config)
   state_slots_.resize(seqs);
   seq_block_tables_.resize(seqs);
   logits_rows_.resize(tokens);  // prompt_logprobs may ask for every row
-  sampled_.resize(seqs);
   logits_index_.resize(seqs);
   prompt_rows_.resize(seqs);
   sample_scratch_.resize(2 * model.config().vocab_size);
@@ -88,7 +87,7 @@ const StepOutput& ModelRunner::Execute(const SchedulerOutput& out) {
 
   const int64_t num_seqs = static_cast<int64_t>(out.scheduled.size());
   const int64_t K = config_.spec.num_speculative_tokens;
-  CHECK_LE(num_seqs, static_cast<int64_t>(sampled_.size()));
+  CHECK_LE(num_seqs, static_cast<int64_t>(logits_index_.size()));
   CHECK_LE(out.total_num_scheduled_tokens, config_.max_num_batched_tokens);
   int64_t num_tokens = 0, num_logits = 0;
   bool any_verify = false;

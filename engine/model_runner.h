@@ -92,7 +92,7 @@ class ModelRunner {
   std::vector<int32_t> input_ids_, seq_of_, query_start_, state_slots_, logits_rows_;
   std::vector<int64_t> positions_;
   std::vector<const int32_t*> seq_block_tables_;
-  std::vector<int32_t> sampled_, logits_index_;  // per scheduled request
+  std::vector<int32_t> logits_index_;  // per scheduled request: its first sampled logits row
   std::vector<std::pair<int32_t, int32_t>> prompt_rows_;  // (first logits row, count) per request
   std::vector<float> sample_scratch_;                     // [2, vocab]
   SampledToken sampled_token_;

@@ -1,10 +1,16 @@
 // Communicator: how ranks exchange data. Layers call it wherever tensor or expert parallelism
 // reduces or exchanges (after o_proj / out_proj / down_proj, around MoE dispatch and combine,
 // lm_head); with one rank every call is a no-op that costs nothing.
+//
+// Every collective is called by all ranks of the group in the same order (as MPI's). Results
+// are identical on every rank, bit for bit: reductions add the ranks' values in rank order
+// (0, 1, ..., size - 1), whatever the implementation.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 namespace moeserve::parallel {
 
@@ -19,6 +25,18 @@ class Communicator {
   virtual void AllReduceSum(float* data, int64_t n) = 0;
   // out[r * n, (r + 1) * n) = rank r's in[0, n); out holds size() * n floats.
   virtual void AllGather(const float* in, int64_t n, float* out) = 0;
+  // out[0, n) = sum over ranks of their in[rank() * n, (rank() + 1) * n); in holds size() * n
+  // floats: each rank gets the reduced slice with its own index.
+  virtual void ReduceScatterSum(const float* in, int64_t n, float* out) = 0;
+  // Each rank sends send_counts[r] floats from send + send_offsets[r] to rank r, and receives
+  // recv_counts[s] floats from rank s at recv + recv_offsets[s] (counts in floats; the receiver
+  // must expect what the sender sends). Spans hold size() entries.
+  virtual void AllToAllV(const float* send, std::span<const int64_t> send_counts,
+                         std::span<const int64_t> send_offsets, float* recv,
+                         std::span<const int64_t> recv_counts,
+                         std::span<const int64_t> recv_offsets) = 0;
+  // data[0, bytes) of rank `root` to every rank.
+  virtual void Broadcast(void* data, size_t bytes, int root) = 0;
   virtual void Barrier() = 0;
 };
 
@@ -29,6 +47,12 @@ class SingleRankCommunicator final : public Communicator {
   int size() const override { return 1; }
   void AllReduceSum(float*, int64_t) override {}
   void AllGather(const float* in, int64_t n, float* out) override;
+  void ReduceScatterSum(const float* in, int64_t n, float* out) override;
+  void AllToAllV(const float* send, std::span<const int64_t> send_counts,
+                 std::span<const int64_t> send_offsets, float* recv,
+                 std::span<const int64_t> recv_counts,
+                 std::span<const int64_t> recv_offsets) override;
+  void Broadcast(void*, size_t, int) override {}
   void Barrier() override {}
 };
 

@@ -1,0 +1,68 @@
+// `--comm-sim LATENCY_US,GBPS`: a modelled link under any communicator. Two cores cannot show
+// what an interconnect or a network costs, so every collective of the wrapped communicator is
+// followed by the time the same collective would take over a link of that latency and
+// bandwidth: latency + the bytes one rank moves / bandwidth, with the byte counts of ring
+// algorithms (all-reduce 2 (p - 1) / p x n, all-gather and reduce-scatter (p - 1) x n per-rank
+// slices, all-to-all what a rank sends or receives off-rank, broadcast the payload). The wait
+// is a real one (sleep, then spin for the last microseconds), so step times include it.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "core/status.h"
+#include "parallel/communicator.h"
+
+namespace moeserve::parallel {
+
+struct LinkModel {
+  double latency_us = 0;
+  double gb_per_s = 0;  // 10^9 bytes per second
+
+  // Seconds one collective moving `bytes` per rank takes over this link.
+  double Seconds(double bytes) const { return latency_us * 1e-6 + bytes / (gb_per_s * 1e9); }
+};
+
+// "LATENCY_US,GBPS", e.g. "2,25" (2 us, 25 GB/s); both > 0 and finite.
+Result<LinkModel> ParseLinkModel(std::string_view text);
+
+// Bytes rank `rank` of `size` moves in each collective, as modelled.
+struct CollectiveBytes {
+  static double AllReduce(int64_t n, int size);
+  static double AllGather(int64_t n, int size);
+  static double ReduceScatter(int64_t n, int size);
+};
+
+class SimulatedLinkCommunicator final : public Communicator {
+ public:
+  // `inner` must outlive this.
+  SimulatedLinkCommunicator(Communicator& inner, const LinkModel& link)
+      : inner_(inner), link_(link) {}
+
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  void AllReduceSum(float* data, int64_t n) override;
+  void AllGather(const float* in, int64_t n, float* out) override;
+  void ReduceScatterSum(const float* in, int64_t n, float* out) override;
+  void AllToAllV(const float* send, std::span<const int64_t> send_counts,
+                 std::span<const int64_t> send_offsets, float* recv,
+                 std::span<const int64_t> recv_counts,
+                 std::span<const int64_t> recv_offsets) override;
+  void Broadcast(void* data, size_t bytes, int root) override;
+  void Barrier() override;
+
+  // The link time added so far, and the collectives it was added to.
+  double modelled_seconds() const { return modelled_seconds_; }
+  int64_t num_collectives() const { return num_collectives_; }
+
+ private:
+  // Waits the link time of a collective that moved `bytes` per rank (nothing with one rank).
+  void Transfer(double bytes);
+
+  Communicator& inner_;
+  LinkModel link_;
+  double modelled_seconds_ = 0;
+  int64_t num_collectives_ = 0;
+};
+
+}  // namespace moeserve::parallel

@@ -1,0 +1,162 @@
+#include "parallel/mpi_communicator.h"
+
+#if MOESERVE_HAVE_MPI
+
+#include <mpi.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/check.h"
+
+namespace moeserve::parallel {
+namespace {
+
+int ToInt(int64_t n) {
+  CHECK(n >= 0 && n <= std::numeric_limits<int>::max()) << "MPI count " << n << " out of range";
+  return static_cast<int>(n);
+}
+
+void Check(int code, const char* what) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  // A failed collective leaves the ranks out of step: nothing sensible can follow.
+  CHECK(false) << what << " failed: " << std::string(text, len);
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator() {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    counts_.resize(size_);
+    displs_.resize(size_);
+    counts2_.resize(size_);
+    displs2_.resize(size_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void AllReduceSum(float* data, int64_t n) override {
+    if (size_ == 1) return;
+    // Slices as the local communicator cuts them: rank r owns [n r / p, n (r + 1) / p).
+    const int64_t begin = n * rank_ / size_, mine = n * (rank_ + 1) / size_ - begin;
+    if (static_cast<int64_t>(gathered_.size()) < mine * size_) gathered_.resize(mine * size_);
+    for (int s = 0; s < size_; ++s) {
+      const int64_t b = n * s / size_;
+      counts_[s] = ToInt(n * (s + 1) / size_ - b);  // my slice s goes to rank s
+      displs_[s] = ToInt(b);
+      counts2_[s] = ToInt(mine);  // rank s's copy of my slice
+      displs2_[s] = ToInt(mine * s);
+    }
+    Check(MPI_Alltoallv(data, counts_.data(), displs_.data(), MPI_FLOAT, gathered_.data(),
+                        counts2_.data(), displs2_.data(), MPI_FLOAT, MPI_COMM_WORLD),
+          "MPI_Alltoallv");
+    float* slice = gathered_.data();  // rank 0's copy, then the others added in rank order
+    for (int s = 1; s < size_; ++s) {
+      const float* src = gathered_.data() + mine * s;
+      for (int64_t i = 0; i < mine; ++i) slice[i] += src[i];
+    }
+    // Every rank's reduced slice back into data (counts_ / displs_ are the slices).
+    Check(MPI_Allgatherv(slice, ToInt(mine), MPI_FLOAT, data, counts_.data(), displs_.data(),
+                         MPI_FLOAT, MPI_COMM_WORLD),
+          "MPI_Allgatherv");
+  }
+
+  void AllGather(const float* in, int64_t n, float* out) override {
+    Check(MPI_Allgather(in, ToInt(n), MPI_FLOAT, out, ToInt(n), MPI_FLOAT, MPI_COMM_WORLD),
+          "MPI_Allgather");
+  }
+
+  void ReduceScatterSum(const float* in, int64_t n, float* out) override {
+    // Rank r receives every rank's slice r, then adds them in rank order.
+    if (static_cast<int64_t>(gathered_.size()) < n * size_) gathered_.resize(n * size_);
+    Check(MPI_Alltoall(in, ToInt(n), MPI_FLOAT, gathered_.data(), ToInt(n), MPI_FLOAT,
+                       MPI_COMM_WORLD),
+          "MPI_Alltoall");
+    std::memcpy(out, gathered_.data(), n * sizeof(float));
+    for (int s = 1; s < size_; ++s) {
+      const float* src = gathered_.data() + n * s;
+      for (int64_t i = 0; i < n; ++i) out[i] += src[i];
+    }
+  }
+
+  void AllToAllV(const float* send, std::span<const int64_t> send_counts,
+                 std::span<const int64_t> send_offsets, float* recv,
+                 std::span<const int64_t> recv_counts,
+                 std::span<const int64_t> recv_offsets) override {
+    for (int s = 0; s < size_; ++s) {
+      counts_[s] = ToInt(send_counts[s]);
+      displs_[s] = ToInt(send_offsets[s]);
+      counts2_[s] = ToInt(recv_counts[s]);
+      displs2_[s] = ToInt(recv_offsets[s]);
+    }
+    Check(MPI_Alltoallv(send, counts_.data(), displs_.data(), MPI_FLOAT, recv, counts2_.data(),
+                        displs2_.data(), MPI_FLOAT, MPI_COMM_WORLD),
+          "MPI_Alltoallv");
+  }
+
+  void Broadcast(void* data, size_t bytes, int root) override {
+    // In chunks that fit an int count.
+    auto* p = static_cast<char*>(data);
+    for (size_t done = 0; done < bytes;) {
+      const size_t chunk = std::min<size_t>(bytes - done, std::numeric_limits<int>::max());
+      Check(MPI_Bcast(p + done, static_cast<int>(chunk), MPI_BYTE, root, MPI_COMM_WORLD),
+            "MPI_Bcast");
+      done += chunk;
+    }
+  }
+
+  void Barrier() override { Check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+
+ private:
+  int rank_ = 0, size_ = 1;
+  std::vector<int> counts_, displs_, counts2_, displs2_;
+  std::vector<float> gathered_;
+};
+
+void FinalizeAtExit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+}  // namespace
+
+bool MpiAvailable() { return true; }
+
+Result<std::unique_ptr<Communicator>> CreateMpiCommunicator() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    // Rank 0's engine, server and thread pool use MPI from one thread at a time.
+    int provided = 0;
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+      return Unavailable("MPI_Init_thread failed: is this process started by mpirun?");
+    }
+    std::atexit(FinalizeAtExit);
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  return std::unique_ptr<Communicator>(new MpiCommunicator());
+}
+
+}  // namespace moeserve::parallel
+
+#else  // !MOESERVE_HAVE_MPI
+
+namespace moeserve::parallel {
+
+bool MpiAvailable() { return false; }
+
+Result<std::unique_ptr<Communicator>> CreateMpiCommunicator() {
+  return Unimplemented("--comm mpi: this build has no MPI (install libopenmpi-dev and rebuild)");
+}
+
+}  // namespace moeserve::parallel
+
+#endif
