@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds moeserve and runs the whole test suite under ctest: the Release
-# build; the same suite under AddressSanitizer + UndefinedBehaviorSanitizer; and every libFuzzer
-# target for a short fixed budget (docs/fuzzing.md). MOESERVE_SKIP_ASAN=1 / MOESERVE_SKIP_FUZZ=1
-# skip the second / third pass.
+# build; every libFuzzer target for a short fixed budget (docs/fuzzing.md); the threaded tests
+# under ThreadSanitizer; the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer.
+# MOESERVE_SKIP_FUZZ=1 / MOESERVE_SKIP_TSAN=1 / MOESERVE_SKIP_ASAN=1 skip a pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +16,14 @@ if [ "${MOESERVE_SKIP_FUZZ:-0}" != 1 ]; then
   cmake --preset fuzz
   cmake --build --preset fuzz -j "$jobs"
   ctest --preset fuzz -j "$jobs"
+fi
+
+# ThreadSanitizer over the tests of code that runs on several threads: the thread pool and the
+# communicators (parallel/). Only those targets are built.
+if [ "${MOESERVE_SKIP_TSAN:-0}" != 1 ]; then
+  cmake --preset tsan
+  cmake --build --preset tsan -j "$jobs" --target core_test parallel_test
+  ctest --preset tsan -j "$jobs" -R '(ThreadPool|LocalCommunicator|SingleRankCommunicator|LinkModel)Test'
 fi
 
 if [ "${MOESERVE_SKIP_ASAN:-0}" != 1 ]; then
