@@ -157,6 +157,10 @@ Status Validate(const ModelConfig& c) {
     }
   }
   if (c.num_experts < 0) return InvalidArgument("key 'num_experts' must not be negative");
+  // Before IsMoeLayer divides by it (found by model_config_fuzzer).
+  if (c.decoder_sparse_step <= 0) {
+    return InvalidArgument("key 'decoder_sparse_step' must be positive");
+  }
   bool any_moe = false, any_dense = false;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) (c.IsMoeLayer(i) ? any_moe : any_dense) = true;
   if (any_moe) {
@@ -172,9 +176,6 @@ Status Validate(const ModelConfig& c) {
   }
   if (any_dense) {
     RETURN_IF_ERROR(positive("intermediate_size", c.intermediate_size));
-  }
-  if (c.decoder_sparse_step <= 0) {
-    return InvalidArgument("key 'decoder_sparse_step' must be positive");
   }
   if (c.num_mtp_layers < 0) return InvalidArgument("the number of MTP layers must not be negative");
   for (int64_t id : c.eos_token_ids) {

@@ -248,6 +248,11 @@ TEST(ModelConfigTest, RejectsMalformedConfigsNamingTheProblem) {
       {"mlp_only_layers not a list", [](json& j) { j["mlp_only_layers"] = 3; },
        "mlp_only_layers"},
       {"rope_scaling not an object", [](json& j) { j["rope_scaling"] = 2; }, "rope_scaling"},
+      // Found by model_config_fuzzer: a division by zero (SIGFPE) before the check.
+      {"decoder_sparse_step zero", [](json& j) { j["decoder_sparse_step"] = 0; },
+       "decoder_sparse_step"},
+      {"decoder_sparse_step negative", [](json& j) { j["decoder_sparse_step"] = -2; },
+       "decoder_sparse_step"},
   };
   for (const BadConfigCase& bad : cases) {
     json j = base;
@@ -261,6 +266,12 @@ TEST(ModelConfigTest, RejectsMalformedConfigsNamingTheProblem) {
 
 TEST(ModelConfigTest, RejectsNonJsonAndNonObject) {
   EXPECT_FALSE(ParseModelConfig("{\"vocab_size\": ").ok());
+  // Nested past the JSON reader's limit: refused before it is parsed (core/json.h).
+  Result<ModelConfig> deep = ParseModelConfig(std::string(5000, '[') + std::string(5000, ']'));
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.status().message().find("config.json: nests deeper than 128 levels"),
+            std::string::npos)
+      << deep.status().message();
   EXPECT_FALSE(ParseModelConfig("[1, 2]").ok());
   Result<ModelConfig> c = ParseModelConfig("");
   ASSERT_FALSE(c.ok());
