@@ -12,16 +12,11 @@ const char* FinishReasonName(FinishReason reason) {
   return "none";
 }
 
-void SpecDecodeStats::Add(const SpecDecodeStats& other) {
-  num_drafts += other.num_drafts;
-  num_draft_tokens += other.num_draft_tokens;
-  num_accepted_tokens += other.num_accepted_tokens;
-  if (accepted_per_pos.size() < other.accepted_per_pos.size()) {
-    accepted_per_pos.resize(other.accepted_per_pos.size(), 0);
-  }
-  for (size_t i = 0; i < other.accepted_per_pos.size(); ++i) {
-    accepted_per_pos[i] += other.accepted_per_pos[i];
-  }
+void SpecDecodeStats::AddStep(int64_t drafts, int64_t accepted) {
+  ++num_drafts;
+  num_draft_tokens += drafts;
+  num_accepted_tokens += accepted;
+  for (int64_t pos = 0; pos < accepted; ++pos) ++accepted_per_pos[pos];
 }
 
 }  // namespace moeserve::engine

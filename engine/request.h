@@ -43,7 +43,8 @@ struct SpecDecodeStats {
   double acceptance_rate() const {
     return num_draft_tokens > 0 ? static_cast<double>(num_accepted_tokens) / num_draft_tokens : 0;
   }
-  void Add(const SpecDecodeStats& other);
+  // One verify step of num_draft_tokens drafts, `accepted` of them (the leading ones) accepted.
+  void AddStep(int64_t num_draft_tokens, int64_t accepted);
 };
 
 // When a request stops: the part of its SamplingParams the scheduler checks after each token.

@@ -262,15 +262,8 @@ const std::vector<Request*>& Scheduler::Update(const SchedulerOutput& out, const
     CHECK_EQ(r.num_computed_tokens, r.num_tokens() + accepted)
         << "a token was sampled for a partial prefill chunk of request " << r.id;
     if (s.num_draft_tokens > 0) {
-      SpecDecodeStats& spec = r.spec;
-      ++spec.num_drafts;
-      spec.num_draft_tokens += s.num_draft_tokens;
-      spec.num_accepted_tokens += accepted;
-      for (int64_t pos = 0; pos < accepted; ++pos) ++spec.accepted_per_pos[pos];
-      ++spec_stats_.num_drafts;
-      spec_stats_.num_draft_tokens += s.num_draft_tokens;
-      spec_stats_.num_accepted_tokens += accepted;
-      for (int64_t pos = 0; pos < accepted; ++pos) ++spec_stats_.accepted_per_pos[pos];
+      r.spec.AddStep(s.num_draft_tokens, accepted);
+      spec_stats_.AddStep(s.num_draft_tokens, accepted);
       // The running acceptance of each position this step decided (adaptive drafting).
       constexpr float a = SpecConfig::kAcceptanceSmoothing;
       for (int64_t pos = 0; pos < accepted; ++pos) {
