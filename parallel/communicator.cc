@@ -6,12 +6,16 @@
 
 namespace moeserve::parallel {
 
+void CopyFloats(float* dst, const float* src, int64_t n) {
+  if (n > 0 && dst != src) std::memmove(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+
 void SingleRankCommunicator::AllGather(const float* in, int64_t n, float* out) {
-  if (in != out) std::memmove(out, in, static_cast<size_t>(n) * sizeof(float));
+  CopyFloats(out, in, n);
 }
 
 void SingleRankCommunicator::ReduceScatterSum(const float* in, int64_t n, float* out) {
-  if (in != out) std::memmove(out, in, static_cast<size_t>(n) * sizeof(float));
+  CopyFloats(out, in, n);
 }
 
 void SingleRankCommunicator::AllToAllV(const float* send, std::span<const int64_t> send_counts,
@@ -19,8 +23,7 @@ void SingleRankCommunicator::AllToAllV(const float* send, std::span<const int64_
                                        std::span<const int64_t> recv_counts,
                                        std::span<const int64_t> recv_offsets) {
   CHECK_EQ(send_counts[0], recv_counts[0]) << "rank 0 sends itself what it does not expect";
-  std::memmove(recv + recv_offsets[0], send + send_offsets[0],
-               static_cast<size_t>(send_counts[0]) * sizeof(float));
+  if (send_counts[0] > 0) CopyFloats(recv + recv_offsets[0], send + send_offsets[0], send_counts[0]);
 }
 
 }  // namespace moeserve::parallel

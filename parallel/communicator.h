@@ -40,6 +40,10 @@ class Communicator {
   virtual void Barrier() = 0;
 };
 
+// Copies n floats; n == 0 touches nothing (an empty vector's data() may be null, which memcpy
+// must not see). Source and destination may overlap.
+void CopyFloats(float* dst, const float* src, int64_t n);
+
 // One rank: every collective is the identity.
 class SingleRankCommunicator final : public Communicator {
  public:

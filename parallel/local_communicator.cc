@@ -44,7 +44,7 @@ class LocalCommunicator final : public Communicator {
     mine.out = scratch_.data();
     // This rank's slice, summed over the ranks in rank order.
     float* slice = scratch_.data();
-    std::memcpy(slice, all[0].in + begin, (end - begin) * sizeof(float));
+    CopyFloats(slice, all[0].in + begin, end - begin);
     for (int s = 1; s < size; ++s) {
       const float* src = all[s].in + begin;
       for (int64_t i = 0; i < end - begin; ++i) slice[i] += src[i];
@@ -52,7 +52,7 @@ class LocalCommunicator final : public Communicator {
     group_.Wait(sense_);  // B: every slice reduced; no one reads `data` any more
     for (int s = 0; s < size; ++s) {
       const int64_t b = SliceBegin(n, size, s), e = SliceBegin(n, size, s + 1);
-      std::memcpy(data + b, all[s].out, (e - b) * sizeof(float));
+      CopyFloats(data + b, all[s].out, e - b);
     }
     // The owners' scratch is rewritten only after the next collective's barrier A, which every
     // rank reaches after this copy.
@@ -62,7 +62,7 @@ class LocalCommunicator final : public Communicator {
     Mine().in = in;
     const std::vector<LocalGroup::Published>& all = Begin();
     for (int s = 0; s < group_.size_; ++s) {
-      if (out + s * n != all[s].in) std::memcpy(out + s * n, all[s].in, n * sizeof(float));
+      CopyFloats(out + s * n, all[s].in, n);
     }
     group_.Wait(sense_);  // B: inputs may be reused
   }
@@ -71,7 +71,7 @@ class LocalCommunicator final : public Communicator {
     Mine().in = in;
     const std::vector<LocalGroup::Published>& all = Begin();
     const int64_t begin = rank_ * n;
-    std::memcpy(out, all[0].in + begin, n * sizeof(float));
+    CopyFloats(out, all[0].in + begin, n);
     for (int s = 1; s < group_.size_; ++s) {
       const float* src = all[s].in + begin;
       for (int64_t i = 0; i < n; ++i) out[i] += src[i];
@@ -94,8 +94,7 @@ class LocalCommunicator final : public Communicator {
     for (int s = 0; s < size; ++s) {
       CHECK_EQ(all[s].counts[rank_], recv_counts[s])
           << "rank " << s << " sends rank " << rank_ << " what it does not expect";
-      std::memcpy(recv + recv_offsets[s], all[s].in + all[s].offsets[rank_],
-                  recv_counts[s] * sizeof(float));
+      CopyFloats(recv + recv_offsets[s], all[s].in + all[s].offsets[rank_], recv_counts[s]);
     }
     group_.Wait(sense_);
   }
@@ -104,7 +103,7 @@ class LocalCommunicator final : public Communicator {
     CHECK(root >= 0 && root < group_.size_) << "root " << root;
     Mine().bytes = data;
     const std::vector<LocalGroup::Published>& all = Begin();
-    if (rank_ != root) std::memcpy(data, all[root].bytes, bytes);
+    if (rank_ != root && bytes > 0) std::memcpy(data, all[root].bytes, bytes);
     group_.Wait(sense_);
   }
 

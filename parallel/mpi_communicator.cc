@@ -79,7 +79,7 @@ class MpiCommunicator final : public Communicator {
     Check(MPI_Alltoall(in, ToInt(n), MPI_FLOAT, gathered_.data(), ToInt(n), MPI_FLOAT,
                        MPI_COMM_WORLD),
           "MPI_Alltoall");
-    std::memcpy(out, gathered_.data(), n * sizeof(float));
+    CopyFloats(out, gathered_.data(), n);
     for (int s = 1; s < size_; ++s) {
       const float* src = gathered_.data() + n * s;
       for (int64_t i = 0; i < n; ++i) out[i] += src[i];
