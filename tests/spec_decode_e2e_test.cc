@@ -193,7 +193,8 @@ TEST_F(SpecE2eTest, MtpAcceptanceMatchesThePyTorchEstimate) {
 
 TEST_F(SpecE2eTest, BadSpecFlagsExit2) {
   for (const std::string bad : {"--spec mtp", "--spec mtp:9", "--spec eagle:2",
-                                "--spec-disable-batch-size -1"}) {
+                                "--spec-disable-batch-size -1", "--spec-min-acceptance 2",
+                                "--spec-min-acceptance nan"}) {
     const e2e::CommandResult r = Run("generate --prompt hi --max-tokens 2 " + bad);
     EXPECT_EQ(r.exit_code, 2) << bad;
     EXPECT_NE(r.err.find("--spec"), std::string::npos) << r.err;
