@@ -1,5 +1,6 @@
 #include "model/causal_lm.h"
 
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -11,29 +12,44 @@ namespace moeserve::model {
 Result<std::unique_ptr<CausalLm>> CausalLm::Load(const std::string& dir,
                                                  const LoadOptions& options) {
   ASSIGN_OR_RETURN(io::ModelConfig config, io::LoadModelConfig(dir));
+  ASSIGN_OR_RETURN(ShardLayout shard, MakeShardLayout(config, options.shard));
   ASSIGN_OR_RETURN(io::SafetensorsCheckpoint checkpoint, io::SafetensorsCheckpoint::Open(dir));
-  ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(config, checkpoint, options.weight_dtype));
+  ASSIGN_OR_RETURN(ModelWeights weights,
+                   LoadWeights(config, shard, checkpoint, options.weight_dtype));
   const size_t threads =
       options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
-  return std::make_unique<CausalLm>(std::move(config), std::move(weights), threads);
+  return std::make_unique<CausalLm>(std::move(config), std::move(shard), std::move(weights),
+                                    threads, options.comm);
 }
 
-CausalLm::CausalLm(io::ModelConfig config, ModelWeights weights, size_t threads)
-    : config_(std::move(config)), weights_(std::move(weights)), pool_(threads) {}
+CausalLm::CausalLm(io::ModelConfig config, ShardLayout shard, ModelWeights weights,
+                   size_t threads, parallel::Communicator* comm)
+    : config_(std::move(config)), shard_(std::move(shard)), weights_(std::move(weights)),
+      pool_(threads), comm_(comm != nullptr ? comm : &single_rank_) {
+  CHECK_EQ(comm_->size(), shard_.spec.size) << "communicator and shard disagree on the ranks";
+  CHECK_EQ(comm_->rank(), shard_.spec.rank);
+}
 
 LayerContext CausalLm::Context(int64_t layer) {
-  return LayerContext{config_, pool_, comm_, scratch_, tap_ ? &tap_ : nullptr, layer};
+  return LayerContext{shard_.local, pool_, *comm_, scratch_, tap_ ? &tap_ : nullptr, layer};
 }
 
-void CausalLm::EmbedRows(const int32_t* tokens, int64_t T, float* out) const {
+void CausalLm::EmbedRows(const int32_t* tokens, int64_t T, float* out) {
   const Tensor& table = weights_.embedding.view();
   const int64_t H = config_.hidden_size;
   const size_t row_bytes = H * DTypeSize(table.dtype());
   for (int64_t t = 0; t < T; ++t) {
     CHECK(tokens[t] >= 0 && tokens[t] < config_.vocab_size) << "token id " << tokens[t];
-    ConvertToF32(table.dtype(), static_cast<const std::byte*>(table.data()) + tokens[t] * row_bytes,
+    if (!shard_.vocab.contains(tokens[t])) {  // another rank's row
+      std::memset(out + t * H, 0, H * sizeof(float));
+      continue;
+    }
+    ConvertToF32(table.dtype(),
+                 static_cast<const std::byte*>(table.data()) +
+                     (tokens[t] - shard_.vocab.begin) * row_bytes,
                  out + t * H, H);
   }
+  if (comm_->size() > 1) comm_->AllReduceSum(out, T * H);
 }
 
 namespace {
@@ -42,6 +58,26 @@ template <typename T>
 T* Grow(std::vector<T>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(n);
   return v.data();
+}
+
+struct VocabArgmax {
+  float value;
+  int64_t index;  // -1: no candidate
+};
+
+// The first index of the maximum of v[0, n), as `best = 0; if (v[i] > v[best]) best = i` finds
+// it when first_may_be_nan (the scan that starts the row); a later part of a row skips NaNs,
+// which such a scan never moves to.
+VocabArgmax FirstArgmax(const float* v, int64_t n, bool first_may_be_nan) {
+  int64_t best = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (best < 0) {
+      if (first_may_be_nan || !std::isnan(v[i])) best = i;
+    } else if (v[i] > v[best]) {
+      best = i;
+    }
+  }
+  return {best < 0 ? 0.0f : v[best], best};
 }
 
 // The one-sequence batch of SequenceInput-style calls.
@@ -65,15 +101,62 @@ struct OneSequence {
 
 }  // namespace
 
-void CausalLm::Logits(const float* x, const int32_t* rows, int64_t num_rows,
-                      std::vector<float>& out) {
+void CausalLm::Logits(const float* x, const int32_t* rows, int64_t num_rows, LogitsMode mode,
+                      std::vector<float>& out, std::vector<int32_t>& argmax) {
   const int64_t V = config_.vocab_size, H = config_.hidden_size;
   float* in = Grow(logits_in_, num_rows * H);
   for (int64_t i = 0; i < num_rows; ++i) {
     std::memcpy(in + i * H, x + static_cast<int64_t>(rows[i]) * H, H * sizeof(float));
   }
-  kernels::MatMul(in, H, num_rows, weights_.lm_head_matrix(), Grow(out, num_rows * V), V, pool_);
-  // Vocab-parallel ranks will gather their shards here.
+  int32_t* best = mode == LogitsMode::kArgmax ? Grow(argmax, num_rows) : nullptr;
+  if (comm_->size() == 1) {
+    float* logits = Grow(out, num_rows * V);
+    kernels::MatMul(in, H, num_rows, weights_.lm_head_matrix(), logits, V, pool_);
+    for (int64_t i = 0; best != nullptr && i < num_rows; ++i) {
+      best[i] = FirstArgmax(logits + i * V, V, /*first_may_be_nan=*/true).index;
+    }
+    return;
+  }
+  // Vocab-parallel: this rank's columns [vocab.begin, vocab.end) into rows padded to Vp.
+  const int64_t Vp = shard_.vocab_stride, ranks = comm_->size();
+  float* local = Grow(local_logits_, num_rows * Vp);
+  kernels::MatMul(in, H, num_rows, weights_.lm_head_matrix(), local, Vp, pool_);
+  if (mode == LogitsMode::kFull) {
+    float* gathered = Grow(gathered_, ranks * num_rows * Vp);
+    comm_->AllGather(local, num_rows * Vp, gathered);
+    float* logits = Grow(out, num_rows * V);
+    for (int64_t r = 0; r < ranks; ++r) {
+      const int64_t begin = std::min(V, r * Vp), count = std::min(V, begin + Vp) - begin;
+      for (int64_t i = 0; i < num_rows; ++i) {
+        std::memcpy(logits + i * V + begin, gathered + (r * num_rows + i) * Vp,
+                    count * sizeof(float));
+      }
+    }
+    return;
+  }
+  // Greedy rows: each rank's (max, index) pairs, merged in rank order exactly as one scan of
+  // the whole row (first index of the maximum) would.
+  float* pairs = Grow(local_logits_, num_rows * Vp + 2 * num_rows) + num_rows * Vp;
+  for (int64_t i = 0; i < num_rows; ++i) {
+    const VocabArgmax a =
+        FirstArgmax(local + i * Vp, shard_.vocab.count, /*first_may_be_nan=*/comm_->rank() == 0);
+    pairs[2 * i] = a.value;
+    pairs[2 * i + 1] = a.index < 0 ? -1.0f : static_cast<float>(shard_.vocab.begin + a.index);
+  }
+  float* all = Grow(gathered_, ranks * 2 * num_rows);
+  comm_->AllGather(pairs, 2 * num_rows, all);
+  for (int64_t i = 0; i < num_rows; ++i) {
+    float value = all[2 * i];
+    int32_t index = static_cast<int32_t>(all[2 * i + 1]);
+    for (int64_t r = 1; r < ranks; ++r) {
+      const float* p = all + (r * num_rows + i) * 2;
+      if (p[1] >= 0.0f && p[0] > value) {
+        value = p[0];
+        index = static_cast<int32_t>(p[1]);
+      }
+    }
+    best[i] = index;
+  }
 }
 
 void CausalLm::Reserve(int64_t max_tokens, int64_t max_logits_rows) {
@@ -88,10 +171,17 @@ void CausalLm::Reserve(int64_t max_tokens, int64_t max_logits_rows) {
   }
   Grow(logits_in_, max_logits_rows * H);
   Grow(logits_, max_logits_rows * config_.vocab_size);
+  Grow(argmax_, max_logits_rows);
+  Grow(mtp_argmax_, max_logits_rows);
+  if (comm_->size() > 1) {
+    const int64_t padded = max_logits_rows * shard_.vocab_stride;
+    Grow(local_logits_, padded + 2 * max_logits_rows);
+    Grow(gathered_, comm_->size() * std::max(padded, 2 * max_logits_rows));
+  }
 }
 
 void CausalLm::ForwardBatch(const TokenBatch& batch, ModelCache& cache, const int32_t* logits_rows,
-                            int64_t num_logits) {
+                            int64_t num_logits, LogitsMode mode) {
   const int64_t T = batch.num_tokens, H = config_.hidden_size;
   CHECK_GT(T, 0);
   float* x = Grow(x_, T * H);
@@ -102,7 +192,7 @@ void CausalLm::ForwardBatch(const TokenBatch& batch, ModelCache& cache, const in
   float* hidden = Grow(hidden_, T * H);
   RmsNormRows(x, T, H, weights_.final_norm, static_cast<float>(config_.rms_norm_eps), hidden);
   Context(config_.num_hidden_layers).Tap("final_norm", hidden, T, H);
-  if (num_logits > 0) Logits(hidden, logits_rows, num_logits, logits_);
+  if (num_logits > 0) Logits(hidden, logits_rows, num_logits, mode, logits_, argmax_);
 }
 
 void CausalLm::Forward(const SequenceInput& seq, ModelCache& cache, bool all_logits,
@@ -119,7 +209,7 @@ void CausalLm::Forward(const SequenceInput& seq, ModelCache& cache, bool all_log
 }
 
 void CausalLm::MtpForwardBatch(const TokenBatch& batch, const float* hidden, ModelCache& cache,
-                               const int32_t* logits_rows, int64_t num_logits) {
+                               const int32_t* logits_rows, int64_t num_logits, LogitsMode mode) {
   CHECK(has_mtp()) << "the model has no MTP head";
   const MtpWeights& mtp = weights_.mtp;
   const int64_t T = batch.num_tokens, H = config_.hidden_size;
@@ -141,7 +231,7 @@ void CausalLm::MtpForwardBatch(const TokenBatch& batch, const float* hidden, Mod
   DecoderLayer(Context(config_.num_hidden_layers), mtp.layers[0], batch, x, cache);
   float* out = Grow(mtp_out_, T * H);
   RmsNormRows(x, T, H, mtp.norm, eps, out);
-  if (num_logits > 0) Logits(out, logits_rows, num_logits, mtp_logits_);
+  if (num_logits > 0) Logits(out, logits_rows, num_logits, mode, mtp_logits_, mtp_argmax_);
 }
 
 void CausalLm::MtpForward(const float* hidden, const int32_t* next_tokens, int64_t T,

@@ -13,6 +13,7 @@
 #include "io/model_config.h"
 #include "model/cache.h"
 #include "model/layers.h"
+#include "model/shard.h"
 #include "model/weights.h"
 #include "parallel/communicator.h"
 
@@ -20,15 +21,30 @@ namespace moeserve::model {
 
 struct LoadOptions {
   std::optional<DType> weight_dtype;  // bf16 | f32; default: as the checkpoint (see weights.h)
-  size_t threads = 0;                 // 0: all cores
+  size_t threads = 0;                 // 0: all cores (per rank)
+  ShardSpec shard = {};               // this rank of a --tp / --ep group
+  // The group's communicator for this rank (must outlive the model); null for a single rank.
+  parallel::Communicator* comm = nullptr;
+};
+
+// What the rows of a forward's logits are wanted for.
+enum class LogitsMode {
+  kFull,    // logits() [rows, vocab]
+  kArgmax,  // argmax() [rows] only: vocab-parallel ranks exchange (max, index) pairs
 };
 
 class CausalLm {
  public:
   static Result<std::unique_ptr<CausalLm>> Load(const std::string& dir, const LoadOptions& options);
-  CausalLm(io::ModelConfig config, ModelWeights weights, size_t threads);
+  // comm: as LoadOptions::comm.
+  CausalLm(io::ModelConfig config, ShardLayout shard, ModelWeights weights, size_t threads,
+           parallel::Communicator* comm);
 
+  // The model's (global) config; shard().local holds this rank's sizes, which its ModelCache
+  // is made with.
   const io::ModelConfig& config() const { return config_; }
+  const ShardLayout& shard() const { return shard_; }
+  parallel::Communicator& comm() { return *comm_; }
   const ModelWeights& weights() const { return weights_; }
   ThreadPool& pool() { return pool_; }
   bool has_mtp() const { return !weights_.mtp.layers.empty(); }
@@ -41,11 +57,15 @@ class CausalLm {
   // Runs the batch's tokens through the decoder, reading and extending `cache`. Afterwards
   // hidden() holds the final-normed hidden states [T, H] (what lm_head and the MTP head read) and
   // logits() the logits [num_logits, vocab] of rows logits_rows[0 .. num_logits) only (the rows
-  // that are sampled). A token's results are bit-identical whatever else is in the batch.
+  // that are sampled), or with LogitsMode::kArgmax only argmax() [num_logits] (the first index
+  // of each row's maximum, as a scan of the whole row would give). A token's results are
+  // bit-identical whatever else is in the batch. Every rank of a group calls it with the same
+  // batch; all of them get the same results.
   void ForwardBatch(const TokenBatch& batch, ModelCache& cache, const int32_t* logits_rows,
-                    int64_t num_logits);
+                    int64_t num_logits, LogitsMode mode = LogitsMode::kFull);
   const float* hidden() const { return hidden_.data(); }
   const float* logits() const { return logits_.data(); }
+  const int32_t* argmax() const { return argmax_.data(); }
 
   // One sequence's new tokens through ForwardBatch, reading and extending `cache`.
   // hidden (if non-null) receives the final-normed hidden states [T, H] (what lm_head and the
@@ -69,23 +89,31 @@ class CausalLm {
   // mtp_logits() the draft logits of rows logits_rows[0 .. num_logits); hidden() and logits()
   // keep what the last ForwardBatch left there.
   void MtpForwardBatch(const TokenBatch& batch, const float* hidden, ModelCache& cache,
-                       const int32_t* logits_rows, int64_t num_logits);
+                       const int32_t* logits_rows, int64_t num_logits,
+                       LogitsMode mode = LogitsMode::kFull);
   const float* mtp_hidden() const { return mtp_out_.data(); }
   const float* mtp_logits() const { return mtp_logits_.data(); }
+  const int32_t* mtp_argmax() const { return mtp_argmax_.data(); }
 
  private:
   LayerContext Context(int64_t layer);
-  void EmbedRows(const int32_t* tokens, int64_t T, float* out) const;
-  // out [num_rows, V] = rows rows[i] of x [*, H] times lm_head.
-  void Logits(const float* x, const int32_t* rows, int64_t num_rows, std::vector<float>& out);
+  // out [T, H]: the embeddings of tokens (vocab-parallel: each rank its rows, then summed).
+  void EmbedRows(const int32_t* tokens, int64_t T, float* out);
+  // Rows rows[i] of x [*, H] times lm_head: out [num_rows, V] (kFull) or argmax [num_rows].
+  void Logits(const float* x, const int32_t* rows, int64_t num_rows, LogitsMode mode,
+              std::vector<float>& out, std::vector<int32_t>& argmax);
 
   io::ModelConfig config_;
+  ShardLayout shard_;
   ModelWeights weights_;
   ThreadPool pool_;
-  parallel::SingleRankCommunicator comm_;
+  parallel::SingleRankCommunicator single_rank_;
+  parallel::Communicator* comm_;
   Scratch scratch_;
   ActivationTap tap_;
   std::vector<float> x_, hidden_, mtp_in_, mtp_out_, logits_in_, logits_, mtp_logits_;
+  std::vector<float> local_logits_, gathered_;  // vocab-parallel: [rows, Vp], [ranks, rows, Vp]
+  std::vector<int32_t> argmax_, mtp_argmax_;
 };
 
 }  // namespace moeserve::model

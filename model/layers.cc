@@ -246,9 +246,13 @@ void SparseMoe(const LayerContext& ctx, const MoeWeights& w, const float* x, int
   int32_t* offsets = Grow(s.expert_offsets, E + 1);
   int32_t* sorted = Grow(s.expert_pairs, T * k);
   std::fill(offsets, offsets + E + 1, 0);
-  for (int64_t p = 0; p < T * k; ++p) ++offsets[ids[p] + 1];
+  // Under --ep a rank computes only the experts it holds; the all-reduce adds the others'.
+  auto held = [&](int32_t e) { return w.experts[e].gate_up.view().rank() == 2; };
+  for (int64_t p = 0; p < T * k; ++p) offsets[ids[p] + 1] += held(ids[p]) ? 1 : 0;
   for (int64_t e = 0; e < E; ++e) offsets[e + 1] += offsets[e];
-  for (int64_t p = 0; p < T * k; ++p) sorted[offsets[ids[p]]++] = static_cast<int32_t>(p);
+  for (int64_t p = 0; p < T * k; ++p) {
+    if (held(ids[p])) sorted[offsets[ids[p]]++] = static_cast<int32_t>(p);
+  }
   for (int64_t e = E; e > 0; --e) offsets[e] = offsets[e - 1];  // back to starts
   offsets[0] = 0;
 

@@ -17,6 +17,7 @@
 #include "core/tensor.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
+#include "model/shard.h"
 
 namespace moeserve::model {
 
@@ -50,7 +51,7 @@ struct SwiGluWeights {
 
 struct MoeWeights {
   OwnedTensor router;                 // [E, H]
-  std::vector<SwiGluWeights> experts;  // E
+  std::vector<SwiGluWeights> experts;  // E; under --ep the ones another rank holds are empty
   SwiGluWeights shared;               // empty without a shared expert
   std::vector<float> shared_gate;     // [H]: sigmoid(x . shared_gate) scales the shared expert
 };
@@ -74,7 +75,7 @@ struct MtpWeights {
 
 struct ModelWeights {
   DType matrix_dtype = DType::kBF16;
-  OwnedTensor embedding;  // [V, H]
+  OwnedTensor embedding;  // [V, H] (vocab-parallel ranks: their rows, shard.h)
   std::vector<DecoderLayerWeights> layers;
   std::vector<float> final_norm;  // [H]
   OwnedTensor lm_head;            // [V, H]; empty when tied to the embedding
@@ -85,10 +86,12 @@ struct ModelWeights {
   }
 };
 
-// Loads and transforms every tensor `config` implies from `checkpoint`. matrix_dtype: bf16 or
-// f32; nullopt picks f32 when the checkpoint stores its matrices in f32 or f16, else bf16.
-// Errors name the missing, misshapen or unusable tensor.
-Result<ModelWeights> LoadWeights(const io::ModelConfig& config,
+// Loads and transforms every tensor `config` implies from `checkpoint`, keeping the part rank
+// shard.spec.rank holds (shard.h; the whole model for a single rank, at shard.local's sizes; an
+// expert another rank holds under --ep is left empty). matrix_dtype: bf16 or f32; nullopt picks
+// f32 when the checkpoint stores its matrices in f32 or f16, else bf16. Errors name the missing,
+// misshapen or unusable tensor.
+Result<ModelWeights> LoadWeights(const io::ModelConfig& config, const ShardLayout& shard,
                                  const io::SafetensorsCheckpoint& checkpoint,
                                  std::optional<DType> matrix_dtype);
 

@@ -1,0 +1,271 @@
+// Tensor and expert parallel ranks (shard.h) against one rank: the same forward split over 2 or
+// 4 ranks -- threads of this process over the local communicator -- gives logits equal to one
+// rank's within 1e-5 relative, the same greedy tokens, and the same MTP drafts, on the golden
+// tiny Qwen3-Next and on make-model's Qwen3.5-MoE, Qwen3-MoE and dense Qwen3.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "model/causal_lm.h"
+#include "model/shard.h"
+#include "parallel/local_communicator.h"
+
+namespace moeserve::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kTinyDir = MOESERVE_SHARED_DIR "/testdata/tiny-qwen3next";
+
+// A model folder `moeserve make-model <flags>` writes, made once per test binary run.
+std::string MadeModel(const std::string& name, const std::string& flags) {
+  const fs::path path = fs::temp_directory_path() / fmt::format("moeserve_tp_{}_{}", name, getpid());
+  const std::string cmd =
+      fmt::format("{} make-model {} --out {} 2>/dev/null", MOESERVE_BINARY, flags, path.string());
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return path.string();
+}
+
+const std::string& ModelDir(const std::string& arch) {
+  static std::map<std::string, std::string> dirs;
+  auto it = dirs.find(arch);
+  if (it == dirs.end()) {
+    it = dirs.emplace(arch, MadeModel(arch, fmt::format("--arch {} --preset tiny --seed 11", arch)))
+             .first;
+  }
+  return it->second;
+}
+
+double RowRelError(const float* a, const float* b, int64_t n) {
+  double diff = 0, scale = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+  }
+  return diff / scale;
+}
+
+int32_t Argmax(const float* x, int64_t n) {
+  return static_cast<int32_t>(std::max_element(x, x + n) - x);
+}
+
+// What one run records on rank 0: the prompt's logits [T, V], then per decode step the logits
+// (even steps, LogitsMode::kFull) or the argmax (odd steps, kArgmax), and the MTP head's draft
+// logits over the prompt when the model has one.
+struct Run {
+  std::vector<float> prompt_logits;
+  std::vector<std::vector<float>> step_logits;
+  std::vector<int32_t> step_argmax;
+  std::vector<float> mtp_logits;
+};
+
+constexpr int64_t kPromptLen = 70;  // crosses a 64-token GDN chunk boundary
+constexpr int64_t kSteps = 8;
+
+std::vector<int32_t> Prompt(int64_t vocab) {
+  std::mt19937 rng(21);
+  std::vector<int32_t> p(kPromptLen);
+  for (int32_t& t : p) t = static_cast<int32_t>(rng() % vocab);
+  return p;
+}
+
+// The forward one rank runs; `feed` are the decode tokens (teacher-forced, so every layout sees
+// the same sequence).
+Run RunRank(CausalLm& lm, const std::vector<int32_t>& prompt, const std::vector<int32_t>& feed) {
+  const int64_t V = lm.config().vocab_size;
+  ModelCache cache(lm.shard().local, CacheSizes{16, 16, 1});
+  cache.ResetSlot(0);
+  std::vector<int32_t> table(16);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(3));
+  lm.Reserve(kPromptLen, kPromptLen);
+  Run run;
+  std::vector<float> hidden;
+  lm.Forward(SequenceInput{prompt.data(), kPromptLen, 0, table.data(), 0}, cache, true, &hidden,
+             &run.prompt_logits);
+  if (lm.has_mtp()) {
+    // Row t pairs hidden[t] with the next token prompt[t + 1] (the last with feed[0]).
+    std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
+    next.push_back(feed[0]);
+    lm.MtpForward(hidden.data(), next.data(), kPromptLen, 0, table.data(), cache, nullptr,
+                  &run.mtp_logits);
+  }
+  std::vector<int64_t> positions(1);
+  std::vector<int32_t> seq_of(1, 0), query_start{0, 1}, slots{0};
+  const int32_t* tables[] = {table.data()};
+  const int32_t row = 0;
+  for (int64_t step = 0; step < kSteps; ++step) {
+    positions[0] = kPromptLen + step;
+    TokenBatch batch{1, &feed[step], positions.data(), seq_of.data(), 1, query_start.data(),
+                     tables, slots.data()};
+    const LogitsMode mode = step % 2 == 0 ? LogitsMode::kFull : LogitsMode::kArgmax;
+    lm.ForwardBatch(batch, cache, &row, 1, mode);
+    if (mode == LogitsMode::kFull) {
+      run.step_logits.emplace_back(lm.logits(), lm.logits() + V);
+    } else {
+      run.step_argmax.push_back(lm.argmax()[0]);
+    }
+  }
+  return run;
+}
+
+// One rank's greedy continuation of the prompt (kSteps tokens), through Forward.
+std::vector<int32_t> GreedyFeed(CausalLm& lm, const std::vector<int32_t>& prompt) {
+  const int64_t V = lm.config().vocab_size;
+  ModelCache cache(lm.shard().local, CacheSizes{16, 16, 1});
+  cache.ResetSlot(0);
+  std::vector<int32_t> table(16);
+  std::iota(table.begin(), table.end(), 0);
+  std::vector<float> logits;
+  lm.Forward(SequenceInput{prompt.data(), kPromptLen, 0, table.data(), 0}, cache, false, nullptr,
+             &logits);
+  std::vector<int32_t> feed{Argmax(logits.data(), V)};
+  while (static_cast<int64_t>(feed.size()) < kSteps) {
+    const int64_t pos = kPromptLen + static_cast<int64_t>(feed.size()) - 1;
+    lm.Forward(SequenceInput{&feed.back(), 1, pos, table.data(), 0}, cache, false, nullptr,
+               &logits);
+    feed.push_back(Argmax(logits.data(), V));
+  }
+  return feed;
+}
+
+// Runs `tp` ranks as threads over a local group; returns rank 0's run (every rank must agree).
+Run RunLayout(const std::string& dir, int tp, bool ep, const std::vector<int32_t>& prompt,
+              const std::vector<int32_t>& feed) {
+  parallel::LocalGroup group(tp);
+  std::vector<Run> runs(tp);
+  std::vector<std::string> errors(tp);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < tp; ++r) {
+    threads.emplace_back([&, r] {
+      LoadOptions options;
+      options.threads = 1;
+      options.shard = ShardSpec{r, tp, ep};
+      options.comm = &group.rank(r);
+      Result<std::unique_ptr<CausalLm>> lm = CausalLm::Load(dir, options);
+      if (!lm.ok()) {
+        errors[r] = lm.status().ToString();
+        return;  // every rank fails the same way: none enters a collective
+      }
+      runs[r] = RunRank(**lm, prompt, feed);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < tp; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  for (int r = 1; r < tp; ++r) {
+    EXPECT_EQ(runs[r].prompt_logits, runs[0].prompt_logits) << "rank " << r << " disagrees";
+    EXPECT_EQ(runs[r].step_argmax, runs[0].step_argmax);
+  }
+  return runs[0];
+}
+
+struct Layout {
+  int tp;
+  bool ep;
+};
+
+void ExpectLayoutsMatchOneRank(const std::string& dir, const std::vector<Layout>& layouts) {
+  Result<std::unique_ptr<CausalLm>> one = CausalLm::Load(dir, {.weight_dtype = std::nullopt, .threads = 2});
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  const int64_t V = (*one)->config().vocab_size;
+  const std::vector<int32_t> prompt = Prompt(V);
+  const std::vector<int32_t> feed = GreedyFeed(**one, prompt);
+  const Run ref = RunRank(**one, prompt, feed);
+  for (const Layout& layout : layouts) {
+    SCOPED_TRACE(fmt::format("--tp {}{}", layout.tp, layout.ep ? " --ep" : ""));
+    const Run run = RunLayout(dir, layout.tp, layout.ep, prompt, feed);
+    ASSERT_EQ(run.prompt_logits.size(), ref.prompt_logits.size());
+    for (int64_t t = 0; t < kPromptLen; ++t) {
+      EXPECT_LE(RowRelError(&run.prompt_logits[t * V], &ref.prompt_logits[t * V], V), 1e-5)
+          << "prompt row " << t;
+      EXPECT_EQ(Argmax(&run.prompt_logits[t * V], V), Argmax(&ref.prompt_logits[t * V], V));
+    }
+    ASSERT_EQ(run.step_logits.size(), ref.step_logits.size());
+    for (size_t s = 0; s < ref.step_logits.size(); ++s) {
+      EXPECT_LE(RowRelError(run.step_logits[s].data(), ref.step_logits[s].data(), V), 1e-5);
+      EXPECT_EQ(Argmax(run.step_logits[s].data(), V), feed[2 * s + 1]) << "step " << 2 * s;
+    }
+    EXPECT_EQ(run.step_argmax, ref.step_argmax);
+    for (size_t j = 0; 2 * j + 2 < feed.size(); ++j) EXPECT_EQ(ref.step_argmax[j], feed[2 * j + 2]);
+    ASSERT_EQ(run.mtp_logits.size(), ref.mtp_logits.size());
+    for (int64_t t = 0; t * V < static_cast<int64_t>(ref.mtp_logits.size()); ++t) {
+      EXPECT_LE(RowRelError(&run.mtp_logits[t * V], &ref.mtp_logits[t * V], V), 1e-5)
+          << "MTP row " << t;
+      EXPECT_EQ(Argmax(&run.mtp_logits[t * V], V), Argmax(&ref.mtp_logits[t * V], V));
+    }
+  }
+}
+
+const std::vector<Layout> kLayouts = {{2, false}, {2, true}, {4, false}, {4, true}};
+
+TEST(TensorParallelTest, GoldenQwen3NextMatchesOneRank) {
+  ExpectLayoutsMatchOneRank(kTinyDir, kLayouts);
+}
+TEST(TensorParallelTest, Qwen3_5MoeMatchesOneRank) {
+  ExpectLayoutsMatchOneRank(ModelDir("qwen3_5_moe"), kLayouts);
+}
+TEST(TensorParallelTest, Qwen3MoeMatchesOneRank) {
+  ExpectLayoutsMatchOneRank(ModelDir("qwen3_moe"), kLayouts);
+}
+TEST(TensorParallelTest, DenseQwen3MatchesOneRank) {
+  ExpectLayoutsMatchOneRank(ModelDir("qwen3"), {{2, false}, {4, false}});
+}
+
+TEST(ShardLayoutTest, SplitsAndReplicatesHeads) {
+  Result<io::ModelConfig> c = io::LoadModelConfig(kTinyDir);  // 4 q / 2 kv, GDN 2 k / 4 v, 8 experts
+  ASSERT_TRUE(c.ok());
+  Result<ShardLayout> s = MakeShardLayout(*c, {3, 4, true});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->q_heads.begin, 3);
+  EXPECT_EQ(s->kv_heads.begin, 1);  // replicated: ranks 2 and 3 keep KV head 1
+  EXPECT_EQ(s->local.num_key_value_heads, 1);
+  EXPECT_EQ(s->gdn_key_heads.begin, 1);
+  EXPECT_EQ(s->gdn_value_heads.begin, 3);
+  EXPECT_EQ(s->experts.begin, 6);
+  EXPECT_EQ(s->experts.count, 2);
+  EXPECT_EQ(s->local.moe_intermediate_size, 128);  // whole experts under --ep
+  EXPECT_EQ(s->local.shared_expert_intermediate_size, 32);
+  EXPECT_EQ(s->vocab.begin, 384);
+  EXPECT_EQ(s->vocab.count, 128);
+}
+
+TEST(ShardLayoutTest, RefusesSplitsThatDoNotDivide) {
+  Result<io::ModelConfig> c = io::LoadModelConfig(kTinyDir);
+  ASSERT_TRUE(c.ok());
+  Result<ShardLayout> three = MakeShardLayout(*c, {0, 3, false});
+  ASSERT_FALSE(three.ok());
+  EXPECT_EQ(three.status().message(), "--tp 3 does not divide num_attention_heads (4)");
+  c->num_experts = 6;
+  c->num_experts_per_tok = 2;
+  Result<ShardLayout> ep = MakeShardLayout(*c, {0, 4, true});
+  ASSERT_FALSE(ep.ok());
+  EXPECT_EQ(ep.status().message(), "--tp 4 with --ep does not divide num_experts (6)");
+  c->num_attention_heads = 8;
+  c->num_key_value_heads = 3;
+  Result<ShardLayout> kv = MakeShardLayout(*c, {0, 2, false});
+  ASSERT_FALSE(kv.ok());
+  EXPECT_NE(kv.status().message().find("--tp 2 and num_key_value_heads (3)"), std::string::npos)
+      << kv.status().message();
+}
+
+TEST(ShardLayoutTest, UnevenVocabularyIsPadded) {
+  Result<io::ModelConfig> c = io::LoadModelConfig(kTinyDir);
+  ASSERT_TRUE(c.ok());
+  c->vocab_size = 510;
+  Result<ShardLayout> last = MakeShardLayout(*c, {3, 4, false});
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(last->vocab_stride, 128);
+  EXPECT_EQ(last->vocab.begin, 384);
+  EXPECT_EQ(last->vocab.count, 126);
+}
+
+}  // namespace
+}  // namespace moeserve::model
