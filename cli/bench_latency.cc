@@ -48,9 +48,9 @@ struct RunResult {
 //                   per output token of a request (one token a step, or more with accepted
 //                   speculative drafts)
 //   decode_tok_s  = batch * 1000 / tpot_ms, aggregate over the batch
-Result<RunResult> RunBatch(model::CausalLm& lm, const engine::EngineConfig& config, int64_t batch,
-                           int64_t input_len, int64_t output_len, int64_t seed) {
-  ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine, CreateEngine(lm, config));
+Result<RunResult> RunBatch(model::ModelGroup& group, const engine::EngineConfig& config,
+                           int64_t batch, int64_t input_len, int64_t output_len, int64_t seed) {
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine, CreateEngine(group, config));
   // Every request must run at once, or the batch measured is not `batch`.
   CHECK_GE(config.max_num_seqs, batch);
   std::mt19937 rng(static_cast<uint32_t>(seed));
@@ -60,7 +60,7 @@ Result<RunResult> RunBatch(model::CausalLm& lm, const engine::EngineConfig& conf
   params.ignore_eos = true;
   for (int64_t b = 0; b < batch; ++b) {
     std::vector<int32_t> prompt(input_len);
-    for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % lm.config().vocab_size);
+    for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % group.model().config().vocab_size);
     if (Result<int64_t> id = engine->AddRequest(std::move(prompt), params); !id.ok()) {
       return id.status();
     }
@@ -132,9 +132,17 @@ int Run(const Options& o) {
                                                 "--output-len = {}",
                                                 config.max_model_len, request_len));
   }
-  Result<std::unique_ptr<model::CausalLm>> loaded = o.model.Load();
+  Result<std::unique_ptr<model::ModelGroup>> loaded = o.model.LoadGroup();
   if (!loaded.ok()) return RuntimeError(kCommand, loaded.status());
-  model::CausalLm& lm = **loaded;
+  model::ModelGroup& group = **loaded;
+  if (!group.leader()) {  // an MPI rank other than 0: rank 0 drives it
+    group.Follow();
+    return 0;
+  }
+  model::CausalLm& lm = group.model();
+  // Threads of every rank on this machine.
+  const int64_t threads_here =
+      static_cast<int64_t>(lm.pool().num_threads()) * o.model.RanksOnThisMachine();
   const io::ModelConfig& c = lm.config();
   if (request_len > c.max_position_embeddings) {
     return UsageError(kCommand, InvalidArgument("input + output length exceeds the model's "
@@ -150,7 +158,9 @@ int Run(const Options& o) {
                    ? matrix_size
                    : sizeof(float);
       });
-  const double bandwidth = kernels::MeasureReadBandwidth(lm.pool()).gb_per_s;
+  // Measured with as many threads as the ranks here compute with.
+  ThreadPool bandwidth_pool(static_cast<size_t>(threads_here));
+  const double bandwidth = kernels::MeasureReadBandwidth(bandwidth_pool).gb_per_s;
   // The roofline of one sequence. A batch of B reads the shared weights once per step for all B
   // tokens but each token's own experts, so its aggregate rate may pass this single-sequence
   // bound: roofline_ratio = decode_tok_s / roofline_tok_s says how far batching carries past it.
@@ -165,13 +175,13 @@ int Run(const Options& o) {
   };
   // A short warm-up run (page faults, caches), then the measured ones.
   if (Result<RunResult> warm =
-          RunBatch(lm, config_for(1), 1, std::min<int64_t>(o.input_len, 16), 4, o.seed);
+          RunBatch(group, config_for(1), 1, std::min<int64_t>(o.input_len, 16), 4, o.seed);
       !warm.ok()) {
     return InputOrRuntimeError(kCommand, warm.status());
   }
   std::vector<RunResult> runs;
   for (int32_t b : *batches) {
-    Result<RunResult> run = RunBatch(lm, config_for(b), b, o.input_len, o.output_len, o.seed);
+    Result<RunResult> run = RunBatch(group, config_for(b), b, o.input_len, o.output_len, o.seed);
     if (!run.ok()) {
       return InputOrRuntimeError(kCommand,
                                  run.status().WithContext(fmt::format("batch size {}", b)));
@@ -181,8 +191,12 @@ int Run(const Options& o) {
     runs.push_back(*run);
   }
 
-  fmt::print("model            {} ({} weights, {} threads)\n", c.architecture_name,
-             DTypeName(lm.weights().matrix_dtype), lm.pool().num_threads());
+  fmt::print("model            {} ({} weights, {} threads{})\n", c.architecture_name,
+             DTypeName(lm.weights().matrix_dtype), threads_here,
+             group.size() > 1 ? fmt::format(", --tp {}{} over {}, {} per rank", group.size(),
+                                            o.model.ep ? " --ep" : "", o.model.comm,
+                                            lm.pool().num_threads())
+                              : std::string());
   fmt::print("bytes per token  {:.1f} MB\n", stats.bytes_per_token * 1e-6);
   fmt::print("bandwidth        {:.1f} GB/s (measured in this run)\n", bandwidth);
   fmt::print("roofline         {:.1f} tokens/s (one sequence)\n\n", roofline);
@@ -226,7 +240,10 @@ int Run(const Options& o) {
     nlohmann::ordered_json j;
     j["model"] = c.architecture_name;
     j["weight_dtype"] = DTypeName(lm.weights().matrix_dtype);
-    j["threads"] = lm.pool().num_threads();
+    j["threads"] = threads_here;
+    j["tp"] = group.size();
+    j["ep"] = o.model.ep;
+    j["comm"] = o.model.comm;
     j["bandwidth_gbs"] = bandwidth;
     j["bytes_per_token"] = stats.bytes_per_token;
     j["runs"] = nlohmann::ordered_json::array();

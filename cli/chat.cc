@@ -435,8 +435,12 @@ int Run(const Options& o, const FlagSet& flags) {
     }
   }
 
-  Result<std::unique_ptr<model::CausalLm>> loaded = o.model.Load();
+  Result<std::unique_ptr<model::ModelGroup>> loaded = o.model.LoadGroup();
   if (!loaded.ok()) return RuntimeError(kCommand, loaded.status());
+  if (!(*loaded)->leader()) {  // an MPI rank other than 0: rank 0 drives it
+    (*loaded)->Follow();
+    return 0;
+  }
   engine::EngineConfig config = o.engine.ToConfig();
   // One conversation, one request at a time: a cache for one full-length request, not 64.
   if (!flags.WasSet("max-num-seqs")) config.max_num_seqs = 1;

@@ -64,9 +64,9 @@ engine::EngineConfig EngineFlags::ToConfig() const {
   return c;
 }
 
-Result<std::unique_ptr<engine::Engine>> CreateEngine(model::CausalLm& model,
+Result<std::unique_ptr<engine::Engine>> CreateEngine(model::ModelGroup& group,
                                                      const engine::EngineConfig& config) {
-  ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine, engine::Engine::Create(model, config));
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine, engine::Engine::Create(group, config));
   const engine::EngineLayout& l = engine->layout();
   // Bytes as integers too: tests size --kv-cache-memory from kv_bytes / num_blocks.
   LogInfo(

@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "engine/engine.h"
 #include "model/causal_lm.h"
+#include "model/model_group.h"
 
 namespace moeserve::cli {
 
@@ -32,7 +33,7 @@ struct EngineFlags {
 // Creates the engine for `model` and logs its layout (KV blocks and bytes, GDN state slots,
 // max_model_len, prefix caching). A config the model rejects came from the user's flags: the
 // caller reports the error as a usage error (exit 2).
-Result<std::unique_ptr<engine::Engine>> CreateEngine(model::CausalLm& model,
+Result<std::unique_ptr<engine::Engine>> CreateEngine(model::ModelGroup& group,
                                                      const engine::EngineConfig& config);
 
 // One engine step: the requests that got a token (Engine::Step). An Internal error when the step

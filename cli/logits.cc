@@ -1,6 +1,7 @@
 // moeserve logits: runs token ids through the model and writes the logits (CLI.md).
 #include <algorithm>
 #include <cstdio>
+#include <numeric>
 
 #include "cli/activation_dump.h"
 #include "cli/commands.h"
@@ -29,9 +30,14 @@ int Run(const Options& o) {
   if (o.token_ids.empty()) return UsageError(kCommand, InvalidArgument("--token-ids is required"));
   if (o.out.empty()) return UsageError(kCommand, InvalidArgument("--out is required"));
   if (Status s = o.model.Validate(); !s.ok()) return UsageError(kCommand, s);
-  Result<std::unique_ptr<model::CausalLm>> loaded = o.model.Load();
+  Result<std::unique_ptr<model::ModelGroup>> loaded = o.model.LoadGroup();
   if (!loaded.ok()) return RuntimeError(kCommand, loaded.status());
-  model::CausalLm& lm = **loaded;
+  model::ModelGroup& group = **loaded;
+  if (!group.leader()) {  // an MPI rank other than 0: rank 0 drives it
+    group.Follow();
+    return 0;
+  }
+  model::CausalLm& lm = group.model();
   const io::ModelConfig& c = lm.config();
   Result<std::vector<int32_t>> parsed = ParseTokenIds(o.token_ids, c.vocab_size);
   if (!parsed.ok()) return UsageError(kCommand, parsed.status());
@@ -45,9 +51,27 @@ int Run(const Options& o) {
   std::unique_ptr<ActivationDump> dump = std::move(*attached);
 
   const int64_t T = static_cast<int64_t>(tokens.size()), V = c.vocab_size;
-  SingleSequence seq(c, T);
-  std::vector<float> hidden, logits;
-  lm.Forward(seq.Input(tokens.data(), T, 0), seq.cache, o.all_positions, &hidden, &logits);
+  // One sequence through the group (every rank of --tp runs it on its shard): an identity block
+  // table, state slot 0.
+  model::CacheSizes sizes;
+  sizes.num_blocks = (T + sizes.block_size - 1) / sizes.block_size;
+  group.CreateCache(sizes);
+  group.Reserve(T, T);
+  group.ResetSlot(0);
+  std::vector<int32_t> table(sizes.num_blocks), seq_of(T, 0), query_start{0, static_cast<int32_t>(T)};
+  std::iota(table.begin(), table.end(), 0);
+  std::vector<int64_t> positions(T);
+  std::iota(positions.begin(), positions.end(), 0);
+  const int32_t* tables[] = {table.data()};
+  const int32_t slot = 0;
+  const model::TokenBatch batch{T, tokens.data(), positions.data(), seq_of.data(), 1,
+                                query_start.data(), tables, &slot};
+  std::vector<int32_t> rows;
+  for (int64_t t = o.all_positions ? 0 : T - 1; t < T; ++t) rows.push_back(static_cast<int32_t>(t));
+  const int64_t R = static_cast<int64_t>(rows.size());
+  group.ForwardBatch(batch, rows.data(), R, model::LogitsMode::kFull);
+  const std::vector<float> hidden(lm.hidden(), lm.hidden() + T * c.hidden_size);
+  const std::vector<float> logits(lm.logits(), lm.logits() + R * V);
   Status s = WriteF32File(o.out, logits.data(), logits.size());
   if (!s.ok()) return RuntimeError(kCommand, s);
 
@@ -57,11 +81,10 @@ int Run(const Options& o) {
     std::vector<int32_t> next(tokens.begin() + 1, tokens.end());
     next.push_back(Argmax(logits.data() + logits.size() - V, V));
     if (dump) dump->set_prefix("mtp.");
-    std::vector<float> mtp_logits;
-    lm.MtpForward(hidden.data(), next.data(), T, 0, seq.block_table.data(), seq.cache, nullptr,
-                  &mtp_logits);
-    const int64_t first_row = o.all_positions ? 0 : T - 1;
-    s = WriteF32File(o.out + ".mtp", mtp_logits.data() + first_row * V, (T - first_row) * V);
+    const model::TokenBatch mtp_batch{T, next.data(), positions.data(), seq_of.data(), 1,
+                                      query_start.data(), tables, &slot};
+    group.MtpForwardBatch(mtp_batch, hidden.data(), rows.data(), R, model::LogitsMode::kFull);
+    s = WriteF32File(o.out + ".mtp", lm.mtp_logits(), R * V);
     if (!s.ok()) return RuntimeError(kCommand, s);
   }
   if (dump && !dump->status().ok()) return RuntimeError(kCommand, dump->status());

@@ -3,17 +3,28 @@
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
+#include <thread>
 
 #include "cli/commands.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "parallel/link_model.h"
+#include "parallel/mpi_communicator.h"
 
 namespace moeserve::cli {
 
 void ModelFlags::Register(FlagSet& flags) {
   flags.String("model", &model, "model folder (default: the embedded default model)");
   flags.String("weight-dtype", &weight_dtype, "bf16 | f32 (default: as stored)");
-  flags.Int("threads", &threads, "compute threads (0: all cores)");
+  flags.Int("threads", &threads,
+            "compute threads per rank (0: this machine's cores divided among its ranks)");
+  flags.Int("tp", &tp, "tensor-parallel ranks: heads, expert widths and vocabulary split");
+  flags.Bool("ep", &ep, "expert parallel: each rank holds num_experts / tp whole experts");
+  flags.String("comm", &comm,
+               "local (ranks are threads of this process) | mpi (processes under mpirun; "
+               "-np must equal --tp)");
+  flags.String("comm-sim", &comm_sim,
+               "LATENCY_US,GBPS: add a modelled link's time to every collective (\"\": none)");
 }
 
 Status ModelFlags::Validate() const {
@@ -24,6 +35,18 @@ Status ModelFlags::Validate() const {
     }
   }
   if (threads < 0) return InvalidArgument("--threads: must not be negative");
+  if (tp < 1 || tp > 1024) return InvalidArgument("--tp: {} is outside [1, 1024]", tp);
+  if (comm != "local" && comm != "mpi") {
+    return InvalidArgument("--comm: '{}' is not local or mpi", comm);
+  }
+  if (comm == "mpi" && !parallel::MpiAvailable()) {
+    return InvalidArgument("--comm mpi: this build has no Open MPI");
+  }
+  if (!comm_sim.empty()) {
+    if (Result<parallel::LinkModel> link = parallel::ParseLinkModel(comm_sim); !link.ok()) {
+      return InvalidArgument("--comm-sim: {}", link.status().message());
+    }
+  }
   return OkStatus();
 }
 
@@ -51,6 +74,35 @@ Result<std::unique_ptr<model::CausalLm>> ModelFlags::Load() const {
   LogDebug("loaded {} ({}, {} weights) in {:.2f} s", dir, (*lm)->config().architecture_name,
            DTypeName((*lm)->weights().matrix_dtype), watch.ElapsedSeconds());
   return lm;
+}
+
+int64_t ModelFlags::RanksOnThisMachine() const {
+  if (!mpi()) return tp;
+  const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return local_size != nullptr ? std::max<int64_t>(1, std::atoll(local_size)) : 1;
+}
+
+Result<std::unique_ptr<model::ModelGroup>> ModelFlags::LoadGroup() const {
+  RETURN_IF_ERROR(Validate());
+  model::LoadOptions options;
+  if (!weight_dtype.empty()) options.weight_dtype = ParseDTypeName(weight_dtype);
+  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  options.threads = static_cast<size_t>(
+      threads > 0 ? threads : std::max<int64_t>(1, cores / RanksOnThisMachine()));
+  model::ParallelOptions parallel;
+  parallel.tp = static_cast<int>(tp);
+  parallel.ep = ep;
+  parallel.comm = mpi() ? model::CommKind::kMpi : model::CommKind::kLocal;
+  if (!comm_sim.empty()) parallel.link = *parallel::ParseLinkModel(comm_sim);
+  ASSIGN_OR_RETURN(const std::string dir, Dir());
+  Stopwatch watch;
+  ASSIGN_OR_RETURN(std::unique_ptr<model::ModelGroup> group,
+                   model::ModelGroup::Load(dir, options, parallel));
+  const model::CausalLm& lm = group->model();
+  LogDebug("loaded {} ({}, {} weights, --tp {}{}, {} threads per rank) in {:.2f} s", dir,
+           lm.config().architecture_name, DTypeName(lm.weights().matrix_dtype), tp,
+           ep ? " --ep" : "", options.threads, watch.ElapsedSeconds());
+  return group;
 }
 
 namespace {

@@ -10,21 +10,32 @@
 #include "cli/flags.h"
 #include "core/status.h"
 #include "model/causal_lm.h"
+#include "model/model_group.h"
 
 namespace moeserve::cli {
 
 struct ModelFlags {
   std::string model;         // "" = the default model
   std::string weight_dtype;  // "" = as the checkpoint
-  int64_t threads = 0;       // 0 = all cores
+  int64_t threads = 0;       // per rank; 0 = the cores divided among this machine's ranks
+  int64_t tp = 1;            // --tp: tensor-parallel ranks
+  bool ep = false;           // --ep: experts split whole across the ranks
+  std::string comm = "local";  // --comm local | mpi
+  std::string comm_sim;        // --comm-sim LATENCY_US,GBPS ("" = none)
 
   void Register(FlagSet& flags);
   // Checks the flag values (a usage error names the flag).
   Status Validate() const;
   // The model folder: --model, else the default model's (NotFound when that does not exist).
   Result<std::string> Dir() const;
-  // Loads the model (after Validate), logging what was loaded and how long it took.
+  // Loads the model (after Validate) as one rank, logging what was loaded and how long it took.
   Result<std::unique_ptr<model::CausalLm>> Load() const;
+  // Loads this process's ranks of --tp / --ep (after Validate). Under --comm mpi a process other
+  // than rank 0 gets a group that is not the leader: it calls Follow() and exits.
+  Result<std::unique_ptr<model::ModelGroup>> LoadGroup() const;
+  bool mpi() const { return comm == "mpi"; }
+  // Ranks sharing this machine's cores: --tp under local, mpirun's per-node count under mpi.
+  int64_t RanksOnThisMachine() const;
 };
 
 // The cache of one sequence for the subcommands that run a single prompt: enough KV blocks for

@@ -47,6 +47,18 @@ int Run(const Options& o) {
     return UsageError(kCommand, InvalidArgument("--port: must be in [0, 65535]"));
   }
   if (o.max_body_mib < 1) return UsageError(kCommand, InvalidArgument("--max-body-mib: >= 1"));
+  // Under mpirun every process loads its rank first: only rank 0 serves HTTP, the others follow
+  // the steps it broadcasts.
+  std::unique_ptr<model::ModelGroup> mpi_group;
+  if (o.model.mpi()) {
+    Result<std::unique_ptr<model::ModelGroup>> loaded = o.model.LoadGroup();
+    if (!loaded.ok()) return RuntimeError(kCommand, loaded.status());
+    mpi_group = std::move(*loaded);
+    if (!mpi_group->leader()) {
+      mpi_group->Follow();
+      return 0;
+    }
+  }
   Result<std::string> dir = o.model.Dir();
   if (!dir.ok()) return RuntimeError(kCommand, dir.status());
   Result<io::ModelConfig> config = io::LoadModelConfig(*dir);
@@ -103,7 +115,8 @@ int Run(const Options& o) {
     listener.join();
     return code;
   };
-  Result<std::unique_ptr<model::CausalLm>> loaded = o.model.Load();
+  Result<std::unique_ptr<model::ModelGroup>> loaded = std::move(mpi_group);
+  if (*loaded == nullptr) loaded = o.model.LoadGroup();
   if (!loaded.ok()) return fail(RuntimeError(kCommand, loaded.status()));
   Result<std::unique_ptr<engine::Engine>> engine = CreateEngine(**loaded, o.engine.ToConfig());
   if (!engine.ok()) return fail(UsageError(kCommand, engine.status()));

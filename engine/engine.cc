@@ -103,11 +103,21 @@ Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig&
 }  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::Create(model::CausalLm& model, const EngineConfig& config) {
+  auto group = std::make_unique<model::ModelGroup>(model);
+  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Create(*group, config));
+  engine->owned_group_ = std::move(group);
+  return engine;
+}
+
+Result<std::unique_ptr<Engine>> Engine::Create(model::ModelGroup& group,
+                                               const EngineConfig& config) {
+  const model::CausalLm& model = group.model();
   if (config.spec.method == SpecMethod::kMtp && !model.has_mtp()) {
     return InvalidArgument("--spec {}: the model has no MTP layer (no mtp.* weights); use ngram:K",
                            SpecName(config.spec));
   }
-  ASSIGN_OR_RETURN(EngineLayout layout, ResolveLayout(model.config(), config));
+  // The cache is sized by a rank's shard (its KV heads).
+  ASSIGN_OR_RETURN(EngineLayout layout, ResolveLayout(model.shard().local, config));
   const int64_t blocks_per_request = CeilDiv(layout.max_model_len, layout.block_size);
   const SpecConfig& spec = layout.spec;
   const int64_t K = spec.enabled() ? spec.num_speculative_tokens : 0;
@@ -133,16 +143,17 @@ Result<std::unique_ptr<Engine>> Engine::Create(model::CausalLm& model, const Eng
       .max_blocks_per_request = blocks_per_request,
       .max_model_len = layout.max_model_len,
       .spec = spec};
-  return std::make_unique<Engine>(model, layout, scheduler, cache, runner);
+  return std::make_unique<Engine>(group, layout, scheduler, cache, runner);
 }
 
-Engine::Engine(model::CausalLm& model, const EngineLayout& layout, const SchedulerConfig& scheduler,
-               const KvCacheConfig& cache, const RunnerConfig& runner)
-    : model_(model),
+Engine::Engine(model::ModelGroup& group, const EngineLayout& layout,
+               const SchedulerConfig& scheduler, const KvCacheConfig& cache,
+               const RunnerConfig& runner)
+    : group_(group),
       layout_(layout),
       cache_manager_(cache),
       scheduler_(scheduler, cache_manager_),
-      runner_(std::make_unique<ModelRunner>(model, runner)),
+      runner_(std::make_unique<ModelRunner>(group, runner)),
       seeds_(std::random_device{}()) {
   layout_.state_bytes = runner_->cache().state_bytes();
 }
@@ -157,7 +168,7 @@ std::vector<SamplingParams> FanOut(const SamplingParams& params) {
 }
 
 Result<int64_t> Engine::AddRequest(std::vector<int32_t> prompt, SamplingParams params) {
-  const io::ModelConfig& c = model_.config();
+  const io::ModelConfig& c = model().config();
   for (size_t i = 0; i < prompt.size(); ++i) {
     if (prompt[i] < 0 || prompt[i] >= c.vocab_size) {
       return InvalidArgument("prompt token {} (at {}) is outside the vocabulary [0, {})",

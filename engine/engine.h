@@ -18,6 +18,7 @@
 #include "engine/scheduler.h"
 #include "engine/spec_decode.h"
 #include "model/causal_lm.h"
+#include "model/model_group.h"
 
 namespace moeserve::engine {
 
@@ -53,11 +54,15 @@ std::vector<SamplingParams> FanOut(const SamplingParams& params);
 class Engine {
  public:
   // Validates the config against the model (a bad value is an InvalidArgument naming it) and
-  // allocates the cache.
+  // allocates the cache (every rank its shard: --kv-cache-memory is per rank, as vLLM's per
+  // device).
+  static Result<std::unique_ptr<Engine>> Create(model::ModelGroup& group,
+                                                const EngineConfig& config);
+  // One rank over a loaded model.
   static Result<std::unique_ptr<Engine>> Create(model::CausalLm& model, const EngineConfig& config);
 
   const EngineLayout& layout() const { return layout_; }
-  const model::CausalLm& model() const { return model_; }
+  const model::CausalLm& model() const { return group_.model(); }
 
   // Queues a request; returns its id. Rejects (naming the problem) an empty prompt, token ids
   // outside the vocabulary, a prompt longer than max_model_len, and invalid sampling parameters
@@ -93,11 +98,12 @@ class Engine {
     return *last_schedule_;
   }
 
-  Engine(model::CausalLm& model, const EngineLayout& layout, const SchedulerConfig& scheduler,
+  Engine(model::ModelGroup& group, const EngineLayout& layout, const SchedulerConfig& scheduler,
          const KvCacheConfig& cache, const RunnerConfig& runner);
 
  private:
-  model::CausalLm& model_;
+  std::unique_ptr<model::ModelGroup> owned_group_;  // Create(CausalLm&)'s
+  model::ModelGroup& group_;
   EngineLayout layout_;
   KvCacheManager cache_manager_;
   Scheduler scheduler_;

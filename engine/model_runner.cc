@@ -9,8 +9,10 @@
 
 namespace moeserve::engine {
 
-ModelRunner::ModelRunner(model::CausalLm& model, const RunnerConfig& config)
-    : model_(model), config_(config), cache_(model.config(), config.cache) {
+ModelRunner::ModelRunner(model::ModelGroup& group, const RunnerConfig& config)
+    : group_(group), config_(config) {
+  const model::CausalLm& model = group.model();
+  group.CreateCache(config.cache);
   const int64_t rows = config.max_num_seqs, tokens = config.max_num_batched_tokens;
   const int64_t K = config.spec.enabled() ? config.spec.num_speculative_tokens : 0;
   CHECK_GT(rows, 0);
@@ -58,7 +60,7 @@ ModelRunner::ModelRunner(model::CausalLm& model, const RunnerConfig& config)
     mtp_hidden_in_.resize(tokens * H);
     mtp_drafts_.resize(seqs * K);
   }
-  model_.Reserve(tokens, sampled_rows);
+  group_.Reserve(tokens, sampled_rows);
 }
 
 int32_t ModelRunner::AddRow(int64_t request_id) {
@@ -102,7 +104,7 @@ const StepOutput& ModelRunner::Execute(const SchedulerOutput& out) {
       AddRow(r.id);
       if (r.state_slot >= 0) {
         CHECK_EQ(s.first_pos, 0) << "a GDN state cannot resume from a cached prefix";
-        cache_.ResetSlot(r.state_slot);
+        group_.ResetSlot(r.state_slot);
       }
     }
     const auto it = row_of_.find(r.id);
@@ -175,7 +177,16 @@ const StepOutput& ModelRunner::Execute(const SchedulerOutput& out) {
                                 seq_block_tables_.data(),
                                 state_slots_.data(),
                                 any_verify ? verify_slots_.data() : nullptr};
-  model_.ForwardBatch(batch, cache_, logits_rows_.data(), num_logits);
+  // A step whose every sampled row is plain greedy needs only argmaxes: vocab-parallel ranks
+  // then exchange (max, index) pairs instead of gathering logits.
+  argmax_only_ = true;
+  for (int64_t i = 0; i < num_seqs && argmax_only_; ++i) {
+    const Request& r = *out.scheduled[i].request;
+    argmax_only_ = prompt_rows_[i].second == 0 &&
+                   (logits_index_[i] < 0 || r.sampler->plain_greedy());
+  }
+  group_.ForwardBatch(batch, logits_rows_.data(), num_logits,
+                      argmax_only_ ? model::LogitsMode::kArgmax : model::LogitsMode::kFull);
 
   for (int64_t i = 0; i < num_seqs; ++i) {
     const ScheduledRequest& s = out.scheduled[i];
@@ -195,10 +206,12 @@ const StepOutput& ModelRunner::Execute(const SchedulerOutput& out) {
 }
 
 int32_t ModelRunner::SampleRow(Request& r, int64_t logits_row) {
-  const int64_t V = model_.config().vocab_size;
-  const float* logits = model_.logits() + logits_row * V;
+  const int64_t V = model().config().vocab_size;
+  const float* logits = model().logits() + logits_row * V;
   // The greedy fast path: argmax of the raw logits, no copy, no softmax.
-  if (r.sampler->plain_greedy()) return GreedyToken(logits, V);
+  if (r.sampler->plain_greedy()) {
+    return argmax_only_ ? model().argmax()[logits_row] : GreedyToken(logits, V);
+  }
   r.sampler->Sample(logits, r.output_token_ids, sample_scratch_.data(), &sampled_token_);
   r.sampler->Accept(sampled_token_.token);
   if (r.params.logprobs.has_value()) r.output_logprobs.push_back(sampled_token_);
@@ -207,18 +220,18 @@ int32_t ModelRunner::SampleRow(Request& r, int64_t logits_row) {
 
 void ModelRunner::VerifyRows(const ScheduledRequest& s, int64_t logits_row) {
   Request& r = *s.request;
-  const int64_t V = model_.config().vocab_size;
+  const int64_t V = model().config().vocab_size;
   const bool plain_greedy = r.sampler->plain_greedy();
   // Row j sees the outputs plus the drafts accepted before it, as decoding would have.
   if (!plain_greedy) history_.assign(r.output_token_ids.begin(), r.output_token_ids.end());
   int64_t accepted = 0;
   for (int64_t j = 0; j <= s.num_draft_tokens; ++j) {
-    const float* logits = model_.logits() + (logits_row + j) * V;
+    const float* logits = model().logits() + (logits_row + j) * V;
     int32_t token;
     bool keep_going = false;
     if (plain_greedy) {
       // Driven by the argmax alone: no probabilities materialized.
-      token = GreedyToken(logits, V);
+      token = argmax_only_ ? model().argmax()[logits_row + j] : GreedyToken(logits, V);
       keep_going = j < s.num_draft_tokens && token == r.draft_token_ids[j];
     } else {
       if (j < s.num_draft_tokens) {
@@ -305,7 +318,7 @@ void ModelRunner::Propose(const SchedulerOutput& out) {
 
 void ModelRunner::ProposeMtp(const SchedulerOutput& out) {
   const int64_t num_seqs = static_cast<int64_t>(out.scheduled.size());
-  const int64_t H = model_.config().hidden_size, V = model_.config().vocab_size;
+  const int64_t H = model().config().hidden_size;
   const int64_t K = config_.spec.num_speculative_tokens;
   // First pass: every position this step verified, so the MTP layer's KV cache sees the whole
   // history -- row (position t) pairs the target's hidden state at t with the token at t + 1.
@@ -323,7 +336,7 @@ void ModelRunner::ProposeMtp(const SchedulerOutput& out) {
                                                 : emitted[pos + 1 - r.num_tokens()];
       mtp_positions_[T] = pos;
       mtp_seq_of_[T] = static_cast<int32_t>(i);
-      std::memcpy(&mtp_hidden_in_[T * H], model_.hidden() + (query_start_[i] + j) * H,
+      std::memcpy(&mtp_hidden_in_[T * H], model().hidden() + (query_start_[i] + j) * H,
                   H * sizeof(float));
     }
     mtp_query_start_[i + 1] = static_cast<int32_t>(T);
@@ -342,10 +355,10 @@ void ModelRunner::ProposeMtp(const SchedulerOutput& out) {
                                 mtp_query_start_.data(),
                                 mtp_block_tables_.data(),
                                 state_slots_.data()};
-  model_.MtpForwardBatch(first, mtp_hidden_in_.data(), cache_, mtp_logits_rows_.data(),
-                         num_drafting);
+  group_.MtpForwardBatch(first, mtp_hidden_in_.data(), mtp_logits_rows_.data(), num_drafting,
+                         model::LogitsMode::kArgmax);
   for (int64_t d = 0; d < num_drafting; ++d) {
-    mtp_drafts_[d * K] = GreedyToken(model_.mtp_logits() + d * V, V);
+    mtp_drafts_[d * K] = model().mtp_argmax()[d];
   }
 
   // Chained steps 2 .. K: one row per request still drafting -- its last draft, at the next
@@ -361,7 +374,7 @@ void ModelRunner::ProposeMtp(const SchedulerOutput& out) {
       mtp_seq_of_[rows] = static_cast<int32_t>(rows);
       mtp_query_start_[rows + 1] = static_cast<int32_t>(rows + 1);
       mtp_block_tables_[rows] = seq_block_tables_[i];
-      std::memcpy(&mtp_hidden_in_[rows * H], model_.mtp_hidden() + prev_row[d] * H,
+      std::memcpy(&mtp_hidden_in_[rows * H], model().mtp_hidden() + prev_row[d] * H,
                   H * sizeof(float));
       prev_row[d] = static_cast<int32_t>(rows);  // its row in this pass
       ++rows;
@@ -376,10 +389,11 @@ void ModelRunner::ProposeMtp(const SchedulerOutput& out) {
                                     mtp_block_tables_.data(),
                                     state_slots_.data()};
     // Logits of every row: rows are 0 .. rows - 1 in order, which mtp_seq_of_ happens to hold.
-    model_.MtpForwardBatch(chained, mtp_hidden_in_.data(), cache_, mtp_seq_of_.data(), rows);
+    group_.MtpForwardBatch(chained, mtp_hidden_in_.data(), mtp_seq_of_.data(), rows,
+                           model::LogitsMode::kArgmax);
     for (int64_t d = 0, row = 0; d < num_drafting; ++d) {
       if (draft_budget_[mtp_request_[d]] <= step) continue;
-      mtp_drafts_[d * K + step] = GreedyToken(model_.mtp_logits() + row * V, V);
+      mtp_drafts_[d * K + step] = model().mtp_argmax()[row];
       ++row;
     }
   }
@@ -396,13 +410,13 @@ void ModelRunner::ProposeMtp(const SchedulerOutput& out) {
 
 void ModelRunner::RecordPromptLogprobs(Request& r, int64_t first_pos,
                                        std::pair<int32_t, int32_t> rows) {
-  const int64_t V = model_.config().vocab_size;
+  const int64_t V = model().config().vocab_size;
   float* logprobs = sample_scratch_.data();
   for (int32_t j = 0; j < rows.second; ++j) {
     const int64_t p = first_pos + j;
     // A request recomputed after preemption has its earlier entries already.
     if (static_cast<int64_t>(r.prompt_logprobs.size()) != p) continue;
-    LogSoftmax(model_.logits() + (rows.first + j) * V, V, logprobs);
+    LogSoftmax(model().logits() + (rows.first + j) * V, V, logprobs);
     SampledToken entry;
     entry.token = r.prompt_token_ids[p + 1];
     GatherLogprobs(logprobs, V, *r.params.prompt_logprobs, r.prompt_token_ids[p + 1], &entry);
@@ -415,7 +429,7 @@ const float* ModelRunner::logits_of(int64_t i, int64_t j) const {
       j >= static_cast<int64_t>(step_.tokens_of(i).size())) {
     return nullptr;
   }
-  return model_.logits() + (logits_index_[i] + j) * model_.config().vocab_size;
+  return model().logits() + (logits_index_[i] + j) * model().config().vocab_size;
 }
 
 }  // namespace moeserve::engine

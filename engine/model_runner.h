@@ -26,6 +26,7 @@
 #include "engine/spec_decode.h"
 #include "model/cache.h"
 #include "model/causal_lm.h"
+#include "model/model_group.h"
 
 namespace moeserve::engine {
 
@@ -40,7 +41,8 @@ struct RunnerConfig {
 
 class ModelRunner {
  public:
-  ModelRunner(model::CausalLm& model, const RunnerConfig& config);
+  // The runner drives `group` (one rank, or rank 0 of a --tp group) and makes its caches.
+  ModelRunner(model::ModelGroup& group, const RunnerConfig& config);
 
   // Runs the step `out` describes (it must come from the Scheduler sharing this runner's cache
   // sizes): the tokens each request emits (none when its chunk stops short of its last token)
@@ -54,7 +56,7 @@ class ModelRunner {
   // (j = 0: its first sampled row), or null if there is none (for tests).
   const float* logits_of(int64_t i, int64_t j = 0) const;
 
-  model::ModelCache& cache() { return cache_; }
+  model::ModelCache& cache() { return group_.cache(); }
   int64_t num_rows_in_use() const { return static_cast<int64_t>(row_of_.size()); }
 
  private:
@@ -78,9 +80,11 @@ class ModelRunner {
   // prompt tokens first_pos + 1 ...
   void RecordPromptLogprobs(Request& r, int64_t first_pos, std::pair<int32_t, int32_t> rows);
 
-  model::CausalLm& model_;
+  // Rank 0's model: its outputs after a group call.
+  const model::CausalLm& model() const { return group_.model(); }
+
+  model::ModelGroup& group_;
   RunnerConfig config_;
-  model::ModelCache cache_;
 
   // Persistent across steps, indexed by row.
   std::vector<int32_t> block_tables_;    // [max_num_seqs][max_blocks_per_request]
@@ -95,6 +99,7 @@ class ModelRunner {
   std::vector<int32_t> logits_index_;  // per scheduled request: its first sampled logits row
   std::vector<std::pair<int32_t, int32_t>> prompt_rows_;  // (first logits row, count) per request
   std::vector<float> sample_scratch_;                     // [2, vocab]
+  bool argmax_only_ = false;  // this step's forward gave argmaxes only (every row plain greedy)
   SampledToken sampled_token_;
   int64_t last_num_seqs_ = 0;
 
