@@ -132,6 +132,7 @@ int Run(const Options& o) {
                                                 "--output-len = {}",
                                                 config.max_model_len, request_len));
   }
+  if (Status s = o.model.CheckParallel(); !s.ok()) return UsageError(kCommand, s);
   Result<std::unique_ptr<model::ModelGroup>> loaded = o.model.LoadGroup();
   if (!loaded.ok()) return RuntimeError(kCommand, loaded.status());
   model::ModelGroup& group = **loaded;

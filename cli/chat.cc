@@ -435,6 +435,7 @@ int Run(const Options& o, const FlagSet& flags) {
     }
   }
 
+  if (Status s = o.model.CheckParallel(); !s.ok()) return UsageError(kCommand, s);
   Result<std::unique_ptr<model::ModelGroup>> loaded = o.model.LoadGroup();
   if (!loaded.ok()) return RuntimeError(kCommand, loaded.status());
   if (!(*loaded)->leader()) {  // an MPI rank other than 0: rank 0 drives it

@@ -482,6 +482,7 @@ int Run(const Options& o, const engine::SamplingParams& defaults) {
   int64_t num_requests = 0;  // engine requests: a request's n choices each
   for (const RequestSpec& spec : specs) num_requests += spec.params.n;
 
+  if (Status s = o.model.CheckParallel(); !s.ok()) return UsageError(kCommand, s);
   Result<std::unique_ptr<model::ModelGroup>> loaded = o.model.LoadGroup();
   if (!loaded.ok()) return RuntimeError(kCommand, loaded.status());
   model::ModelGroup& group = **loaded;

@@ -30,6 +30,7 @@ int Run(const Options& o) {
   if (o.token_ids.empty()) return UsageError(kCommand, InvalidArgument("--token-ids is required"));
   if (o.out.empty()) return UsageError(kCommand, InvalidArgument("--out is required"));
   if (Status s = o.model.Validate(); !s.ok()) return UsageError(kCommand, s);
+  if (Status s = o.model.CheckParallel(); !s.ok()) return UsageError(kCommand, s);
   Result<std::unique_ptr<model::ModelGroup>> loaded = o.model.LoadGroup();
   if (!loaded.ok()) return RuntimeError(kCommand, loaded.status());
   model::ModelGroup& group = **loaded;

@@ -76,6 +76,26 @@ Result<std::unique_ptr<model::CausalLm>> ModelFlags::Load() const {
   return lm;
 }
 
+Status ModelFlags::CheckParallel() const {
+  if (tp == 1 && !ep) return OkStatus();
+  Result<std::string> dir = Dir();
+  if (!dir.ok()) return OkStatus();
+  Result<io::ModelConfig> config = io::LoadModelConfig(*dir);
+  if (!config.ok()) return OkStatus();
+  for (int r = 0; r < tp; ++r) {
+    RETURN_IF_ERROR(model::MakeShardLayout(*config, {r, static_cast<int>(tp), ep}).status());
+  }
+  if (mpi()) {
+    ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> world,
+                     parallel::CreateMpiCommunicator());
+    if (world->size() != tp) {
+      return InvalidArgument("--tp {} but mpirun started {} processes (-np must equal --tp)", tp,
+                             world->size());
+    }
+  }
+  return OkStatus();
+}
+
 int64_t ModelFlags::RanksOnThisMachine() const {
   if (!mpi()) return tp;
   const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");

@@ -30,6 +30,10 @@ struct ModelFlags {
   Result<std::string> Dir() const;
   // Loads the model (after Validate) as one rank, logging what was loaded and how long it took.
   Result<std::unique_ptr<model::CausalLm>> Load() const;
+  // The --tp / --ep split against the model's config.json, and --tp against mpirun's process
+  // count: an error names the numbers (a usage error). A config.json that does not load is left
+  // to the load to report.
+  Status CheckParallel() const;
   // Loads this process's ranks of --tp / --ep (after Validate). Under --comm mpi a process other
   // than rank 0 gets a group that is not the leader: it calls Follow() and exits.
   Result<std::unique_ptr<model::ModelGroup>> LoadGroup() const;

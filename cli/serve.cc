@@ -50,11 +50,19 @@ int Run(const Options& o) {
   // Under mpirun every process loads its rank first: only rank 0 serves HTTP, the others follow
   // the steps it broadcasts.
   std::unique_ptr<model::ModelGroup> mpi_group;
+  if (Status s = o.model.CheckParallel(); !s.ok()) return UsageError(kCommand, s);
   if (o.model.mpi()) {
     Result<std::unique_ptr<model::ModelGroup>> loaded = o.model.LoadGroup();
     if (!loaded.ok()) return RuntimeError(kCommand, loaded.status());
     mpi_group = std::move(*loaded);
     if (!mpi_group->leader()) {
+      // mpirun forwards SIGTERM / SIGINT to every rank: the others outlast them, stopped by
+      // rank 0 once it has shut down.
+      sigset_t stop_signals;
+      sigemptyset(&stop_signals);
+      sigaddset(&stop_signals, SIGINT);
+      sigaddset(&stop_signals, SIGTERM);
+      pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
       mpi_group->Follow();
       return 0;
     }

@@ -36,18 +36,22 @@ inline int FreePort() {
 
 class ServerProcess {
  public:
-  // Starts `moeserve serve --port P <args>` with stderr in `log`; waits up to 60 s for
-  // /health == 200. ok() tells whether it got there.
-  ServerProcess(const std::vector<std::string>& args, std::filesystem::path log)
+  // Starts `moeserve serve --port P <args>` with stderr in `log`, through `launcher` when given
+  // (e.g. {"mpirun", "-np", "2"}: found on PATH); waits up to 60 s for /health == 200. ok()
+  // tells whether it got there.
+  ServerProcess(const std::vector<std::string>& args, std::filesystem::path log,
+                const std::vector<std::string>& launcher = {})
       : port_(FreePort()), log_(std::move(log)) {
     pid_ = fork();
     if (pid_ == 0) {
       freopen(log_.c_str(), "w", stderr);
       const std::string port = std::to_string(port_);
-      std::vector<const char*> argv = {MOESERVE_BINARY, "serve", "--port", port.c_str()};
+      std::vector<const char*> argv;
+      for (const std::string& a : launcher) argv.push_back(a.c_str());
+      for (const char* a : {MOESERVE_BINARY, "serve", "--port", port.c_str()}) argv.push_back(a);
       for (const std::string& a : args) argv.push_back(a.c_str());
       argv.push_back(nullptr);
-      execv(MOESERVE_BINARY, const_cast<char* const*>(argv.data()));
+      execvp(argv[0], const_cast<char* const*>(argv.data()));
       _exit(127);
     }
     // 503 while the weights load; refused before the bind.
@@ -68,6 +72,15 @@ class ServerProcess {
   int Stop() {
     if (pid_ <= 0) return -1;
     kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  // Waits for the process to end by itself: its exit code (-1 as for Stop).
+  int Wait() {
+    if (pid_ <= 0) return -1;
     int status = 0;
     waitpid(pid_, &status, 0);
     pid_ = -1;
