@@ -23,6 +23,8 @@ void ModelFlags::Register(FlagSet& flags) {
   flags.String("comm", &comm,
                "local (ranks are threads of this process) | mpi (processes under mpirun; "
                "-np must equal --tp)");
+  flags.Bool("no-fused-allreduce-norm", &no_fused_allreduce_norm,
+             "case study #15 off: all-reduce, residual add and RMSNorm as three passes");
   flags.String("comm-sim", &comm_sim,
                "LATENCY_US,GBPS: add a modelled link's time to every collective (\"\": none)");
 }
@@ -109,6 +111,7 @@ Result<std::unique_ptr<model::ModelGroup>> ModelFlags::LoadGroup() const {
   const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
   options.threads = static_cast<size_t>(
       threads > 0 ? threads : std::max<int64_t>(1, cores / RanksOnThisMachine()));
+  options.forward.fused_allreduce_norm = !no_fused_allreduce_norm;
   model::ParallelOptions parallel;
   parallel.tp = static_cast<int>(tp);
   parallel.ep = ep;

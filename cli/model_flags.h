@@ -22,6 +22,7 @@ struct ModelFlags {
   bool ep = false;           // --ep: experts split whole across the ranks
   std::string comm = "local";  // --comm local | mpi
   std::string comm_sim;        // --comm-sim LATENCY_US,GBPS ("" = none)
+  bool no_fused_allreduce_norm = false;
 
   void Register(FlagSet& flags);
   // Checks the flag values (a usage error names the flag).

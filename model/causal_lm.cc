@@ -19,19 +19,20 @@ Result<std::unique_ptr<CausalLm>> CausalLm::Load(const std::string& dir,
   const size_t threads =
       options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
   return std::make_unique<CausalLm>(std::move(config), std::move(shard), std::move(weights),
-                                    threads, options.comm);
+                                    threads, options.comm, options.forward);
 }
 
 CausalLm::CausalLm(io::ModelConfig config, ShardLayout shard, ModelWeights weights,
-                   size_t threads, parallel::Communicator* comm)
+                   size_t threads, parallel::Communicator* comm, ForwardOptions forward)
     : config_(std::move(config)), shard_(std::move(shard)), weights_(std::move(weights)),
-      pool_(threads), comm_(comm != nullptr ? comm : &single_rank_) {
+      pool_(threads), comm_(comm != nullptr ? comm : &single_rank_), forward_(forward) {
   CHECK_EQ(comm_->size(), shard_.spec.size) << "communicator and shard disagree on the ranks";
   CHECK_EQ(comm_->rank(), shard_.spec.rank);
 }
 
 LayerContext CausalLm::Context(int64_t layer) {
-  return LayerContext{shard_.local, pool_, *comm_, scratch_, tap_ ? &tap_ : nullptr, layer};
+  return LayerContext{shard_.local, pool_, *comm_, scratch_, tap_ ? &tap_ : nullptr, layer,
+                      forward_};
 }
 
 void CausalLm::EmbedRows(const int32_t* tokens, int64_t T, float* out) {
@@ -186,12 +187,19 @@ void CausalLm::ForwardBatch(const TokenBatch& batch, ModelCache& cache, const in
   CHECK_GT(T, 0);
   float* x = Grow(x_, T * H);
   EmbedRows(batch.tokens, T, x);
-  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-    DecoderLayer(Context(i), weights_.layers[i], batch, x, cache);
-  }
+  // Each layer ends with the next one's input norm (the last with the final norm, into hidden).
+  float* normed = Grow(scratch_.normed, T * H);
   float* hidden = Grow(hidden_, T * H);
-  RmsNormRows(x, T, H, weights_.final_norm, static_cast<float>(config_.rms_norm_eps), hidden);
-  Context(config_.num_hidden_layers).Tap("final_norm", hidden, T, H);
+  const int64_t L = config_.num_hidden_layers;
+  RmsNormRows(x, T, H, weights_.layers[0].input_norm, static_cast<float>(config_.rms_norm_eps),
+              normed);
+  for (int64_t i = 0; i < L; ++i) {
+    const bool last = i + 1 == L;
+    DecoderLayer(Context(i), weights_.layers[i], batch, x, normed,
+                 last ? weights_.final_norm : weights_.layers[i + 1].input_norm,
+                 last ? hidden : normed, cache);
+  }
+  Context(L).Tap("final_norm", hidden, T, H);
   if (num_logits > 0) Logits(hidden, logits_rows, num_logits, mode, logits_, argmax_);
 }
 
@@ -227,10 +235,12 @@ void CausalLm::MtpForwardBatch(const TokenBatch& batch, const float* hidden, Mod
   kernels::MatMul(u, 2 * H, T, mtp.fc.view(), x, H, pool_);
   // One MTP layer per draft step in vLLM (spec_step_idx % num_mtp_layers); the first pass and the
   // chained steps of the released models use layer 0, whose KV cache is cache layer
-  // num_hidden_layers.
-  DecoderLayer(Context(config_.num_hidden_layers), mtp.layers[0], batch, x, cache);
+  // num_hidden_layers. It ends with mtp.norm, into mtp_out_.
+  float* normed = Grow(scratch_.normed, T * H);
   float* out = Grow(mtp_out_, T * H);
-  RmsNormRows(x, T, H, mtp.norm, eps, out);
+  RmsNormRows(x, T, H, mtp.layers[0].input_norm, eps, normed);
+  DecoderLayer(Context(config_.num_hidden_layers), mtp.layers[0], batch, x, normed, mtp.norm, out,
+               cache);
   if (num_logits > 0) Logits(out, logits_rows, num_logits, mode, mtp_logits_, mtp_argmax_);
 }
 

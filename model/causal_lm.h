@@ -25,6 +25,7 @@ struct LoadOptions {
   ShardSpec shard = {};               // this rank of a --tp / --ep group
   // The group's communicator for this rank (must outlive the model); null for a single rank.
   parallel::Communicator* comm = nullptr;
+  ForwardOptions forward = {};  // the --no-... switches
 };
 
 // What the rows of a forward's logits are wanted for.
@@ -38,7 +39,7 @@ class CausalLm {
   static Result<std::unique_ptr<CausalLm>> Load(const std::string& dir, const LoadOptions& options);
   // comm: as LoadOptions::comm.
   CausalLm(io::ModelConfig config, ShardLayout shard, ModelWeights weights, size_t threads,
-           parallel::Communicator* comm);
+           parallel::Communicator* comm, ForwardOptions forward = {});
 
   // The model's (global) config; shard().local holds this rank's sizes, which its ModelCache
   // is made with.
@@ -109,6 +110,7 @@ class CausalLm {
   ThreadPool pool_;
   parallel::SingleRankCommunicator single_rank_;
   parallel::Communicator* comm_;
+  ForwardOptions forward_;
   Scratch scratch_;
   ActivationTap tap_;
   std::vector<float> x_, hidden_, mtp_in_, mtp_out_, logits_in_, logits_, mtp_logits_;

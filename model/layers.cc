@@ -161,7 +161,6 @@ void GatedDeltaNet(const LayerContext& ctx, const GdnWeights& w, const TokenBatc
   }
   ctx.Tap("gdn_core", core, T, value_dim);
   kernels::MatMul(core, value_dim, T, w.out_proj.view(), out, H, ctx.pool);
-  ctx.comm.AllReduceSum(out, T * H);
 }
 
 void Attention(const LayerContext& ctx, const AttentionWeights& w, const TokenBatch& batch,
@@ -215,7 +214,6 @@ void Attention(const LayerContext& ctx, const AttentionWeights& w, const TokenBa
   if (gated) kernels::MulSigmoid(attn, gate, T * nh * hd);
   kernels::MatMul(attn, nh * hd, T, w.o_proj.view(), out, H, ctx.pool);
   AddBias(out, T, w.o_bias);
-  ctx.comm.AllReduceSum(out, T * H);
 }
 
 void SparseMoe(const LayerContext& ctx, const MoeWeights& w, const float* x, int64_t T,
@@ -319,43 +317,53 @@ void SparseMoe(const LayerContext& ctx, const MoeWeights& w, const float* x, int
       kernels::Axpy(Sigmoid(dot), shared_y + t * H, out + t * H, H);
     }
   }
-  ctx.comm.AllReduceSum(out, T * H);
 }
 
 void SwiGluMlp(const LayerContext& ctx, const SwiGluWeights& w, const float* x, int64_t T,
                float* out) {
   SwiGluRows(ctx, w, x, ctx.config.hidden_size, T, ctx.scratch.expert_mid, out);
-  ctx.comm.AllReduceSum(out, T * ctx.config.hidden_size);
+}
+
+void ReduceAddNorm(const LayerContext& ctx, float* delta, std::string_view delta_name, float* x,
+                   const std::vector<float>& norm, int64_t T, float* normed) {
+  const int64_t H = ctx.config.hidden_size;
+  const float eps = static_cast<float>(ctx.config.rms_norm_eps);
+  if (ctx.options.fused_allreduce_norm && !ctx.tapped()) {
+    auto add_and_norm = [&](int64_t t, const float* reduced) {
+      kernels::Axpy(1.0f, reduced, x + t * H, H);
+      kernels::RmsNorm(x + t * H, norm.data(), eps, normed + t * H, H);
+    };
+    ctx.comm.AllReduceRows(delta, T, H, add_and_norm);
+    return;
+  }
+  ctx.comm.AllReduceSum(delta, T * H);
+  ctx.Tap(delta_name, delta, T, H);
+  kernels::Axpy(1.0f, delta, x, T * H);
+  RmsNormRows(x, T, H, norm, eps, normed);
 }
 
 void DecoderLayer(const LayerContext& ctx, const DecoderLayerWeights& w, const TokenBatch& batch,
-                  float* x, ModelCache& cache) {
+                  float* x, float* normed, const std::vector<float>& next_norm, float* next_normed,
+                  ModelCache& cache) {
   const int64_t T = batch.num_tokens, H = ctx.config.hidden_size;
-  const float eps = static_cast<float>(ctx.config.rms_norm_eps);
-  float* normed = Grow(ctx.scratch.normed, T * H);
   float* delta = Grow(ctx.scratch.delta, T * H);
 
-  RmsNormRows(x, T, H, w.input_norm, eps, normed);
   ctx.Tap("input_norm", normed, T, H);
-  if (w.type == io::LayerType::kLinearAttention) {
+  const bool gdn = w.type == io::LayerType::kLinearAttention;
+  if (gdn) {
     GatedDeltaNet(ctx, w.gdn, batch, normed, cache, delta);
-    ctx.Tap("gdn_out", delta, T, H);
   } else {
     Attention(ctx, w.attention, batch, normed, cache.kv(ctx.layer), delta);
-    ctx.Tap("attn_out", delta, T, H);
   }
-  kernels::Axpy(1.0f, delta, x, T * H);
+  ReduceAddNorm(ctx, delta, gdn ? "gdn_out" : "attn_out", x, w.post_attention_norm, T, normed);
 
-  RmsNormRows(x, T, H, w.post_attention_norm, eps, normed);
   ctx.Tap("post_attention_norm", normed, T, H);
   if (w.moe) {
     SparseMoe(ctx, w.experts, normed, T, delta);
-    ctx.Tap("moe_out", delta, T, H);
   } else {
     SwiGluMlp(ctx, w.mlp, normed, T, delta);
-    ctx.Tap("mlp_out", delta, T, H);
   }
-  kernels::Axpy(1.0f, delta, x, T * H);
+  ReduceAddNorm(ctx, delta, w.moe ? "moe_out" : "mlp_out", x, next_norm, T, next_normed);
   ctx.Tap("layer_out", x, T, H);
 }
 

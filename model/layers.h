@@ -1,7 +1,7 @@
 // The layers of the hybrid MoE decoder as free functions over [T, H] activations of a flat batch
 // of T new tokens from one or many sequences (row-major, f32; model/cache.h's TokenBatch). Each reads like its paper / spec section; the
-// kernels do the arithmetic, the Communicator marks where tensor / expert parallel ranks will
-// reduce.
+// kernels do the arithmetic. Under tensor / expert parallelism (shard.h) each rank's sub-layer
+// output is its part of a sum over the ranks; DecoderLayer reduces it (ReduceAddNorm).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +40,14 @@ struct Scratch {
   void Reserve(const io::ModelConfig& config, int64_t max_tokens);
 };
 
+// The case study's optimizations of the forward that can be switched off (--no-...), to
+// measure each; results are equal either way.
+struct ForwardOptions {
+  // After o_proj / out_proj / down_proj: the ranks' all-reduce, the residual add and the next
+  // RMSNorm in one pass over each row as it is reduced (else three passes).
+  bool fused_allreduce_norm = true;
+};
+
 // What every layer call needs besides its weights.
 struct LayerContext {
   const io::ModelConfig& config;
@@ -48,9 +56,11 @@ struct LayerContext {
   Scratch& scratch;
   const ActivationTap* tap = nullptr;  // may be null
   int64_t layer = 0;  // decoder layer index (MTP layer i: num_hidden_layers + i): cache and tap
+  ForwardOptions options = {};
 
+  bool tapped() const { return tap != nullptr && *tap; }
   void Tap(std::string_view name, const float* data, int64_t rows, int64_t cols) const {
-    if (tap != nullptr && *tap) (*tap)(name, layer, data, rows, cols);
+    if (tapped()) (*tap)(name, layer, data, rows, cols);
   }
 };
 
@@ -60,7 +70,8 @@ void RmsNormRows(const float* x, int64_t T, int64_t n, const std::vector<float>&
 
 // Gated DeltaNet (spec §3.c) over x [T, H] (already input-normed) of the batch's tokens; each
 // sequence continues from its state slot in `cache` (layer ctx.layer): conv window and S,
-// updated. Decode tokens take the recurrent step, prefill chunks the chunked form. out: [T, H].
+// updated. Decode tokens take the recurrent step, prefill chunks the chunked form. out: [T, H],
+// this rank's part (as for every sub-layer below: the ranks' outputs sum to the layer's).
 void GatedDeltaNet(const LayerContext& ctx, const GdnWeights& w, const TokenBatch& batch,
                    const float* x, ModelCache& cache, float* out);
 
@@ -80,9 +91,21 @@ void SparseMoe(const LayerContext& ctx, const MoeWeights& w, const float* x, int
 void SwiGluMlp(const LayerContext& ctx, const SwiGluWeights& w, const float* x, int64_t T,
                float* out);
 
+// x [T, H] += the sum over ranks of delta; normed = RmsNorm(x) * norm. Fused
+// (ctx.options.fused_allreduce_norm, no tap set): each row is added and normed as the
+// communicator reduces it (Communicator::AllReduceRows), delta's reduced values never written;
+// else all-reduce, add, norm as three passes (and the tap sees delta as delta_name). The same
+// bits either way.
+void ReduceAddNorm(const LayerContext& ctx, float* delta, std::string_view delta_name, float* x,
+                   const std::vector<float>& norm, int64_t T, float* normed);
+
 // One pre-norm decoder layer over the residual stream x [T, H] (updated in place):
-// x += mixer(norm(x)); x += ffn(norm(x)). The mixer's cache is layer ctx.layer of `cache`.
+// x += mixer(norm(x)); x += ffn(norm(x)). On entry `normed` holds input_norm(x); the layer ends
+// with next_normed = next_norm(x) -- the next layer's input norm, or the final norm -- computed
+// with its last reduction (ReduceAddNorm). next_normed may be `normed`. The mixer's cache is
+// layer ctx.layer of `cache`.
 void DecoderLayer(const LayerContext& ctx, const DecoderLayerWeights& w, const TokenBatch& batch,
-                  float* x, ModelCache& cache);
+                  float* x, float* normed, const std::vector<float>& next_norm, float* next_normed,
+                  ModelCache& cache);
 
 }  // namespace moeserve::model

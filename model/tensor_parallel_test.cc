@@ -60,7 +60,7 @@ int32_t Argmax(const float* x, int64_t n) {
 // What one run records on rank 0: the prompt's logits [T, V], then per decode step the logits
 // (even steps, LogitsMode::kFull) or the argmax (odd steps, kArgmax), and the MTP head's draft
 // logits over the prompt when the model has one.
-struct Run {
+struct RankRun {
   std::vector<float> prompt_logits;
   std::vector<std::vector<float>> step_logits;
   std::vector<int32_t> step_argmax;
@@ -79,7 +79,7 @@ std::vector<int32_t> Prompt(int64_t vocab) {
 
 // The forward one rank runs; `feed` are the decode tokens (teacher-forced, so every layout sees
 // the same sequence).
-Run RunRank(CausalLm& lm, const std::vector<int32_t>& prompt, const std::vector<int32_t>& feed) {
+RankRun RunRank(CausalLm& lm, const std::vector<int32_t>& prompt, const std::vector<int32_t>& feed) {
   const int64_t V = lm.config().vocab_size;
   ModelCache cache(lm.shard().local, CacheSizes{16, 16, 1});
   cache.ResetSlot(0);
@@ -87,7 +87,7 @@ Run RunRank(CausalLm& lm, const std::vector<int32_t>& prompt, const std::vector<
   std::iota(table.begin(), table.end(), 0);
   std::shuffle(table.begin(), table.end(), std::mt19937(3));
   lm.Reserve(kPromptLen, kPromptLen);
-  Run run;
+  RankRun run;
   std::vector<float> hidden;
   lm.Forward(SequenceInput{prompt.data(), kPromptLen, 0, table.data(), 0}, cache, true, &hidden,
              &run.prompt_logits);
@@ -138,10 +138,10 @@ std::vector<int32_t> GreedyFeed(CausalLm& lm, const std::vector<int32_t>& prompt
 }
 
 // Runs `tp` ranks as threads over a local group; returns rank 0's run (every rank must agree).
-Run RunLayout(const std::string& dir, int tp, bool ep, const std::vector<int32_t>& prompt,
-              const std::vector<int32_t>& feed) {
+RankRun RunLayout(const std::string& dir, int tp, bool ep, const std::vector<int32_t>& prompt,
+              const std::vector<int32_t>& feed, ForwardOptions forward = {}) {
   parallel::LocalGroup group(tp);
-  std::vector<Run> runs(tp);
+  std::vector<RankRun> runs(tp);
   std::vector<std::string> errors(tp);
   std::vector<std::thread> threads;
   for (int r = 0; r < tp; ++r) {
@@ -150,6 +150,7 @@ Run RunLayout(const std::string& dir, int tp, bool ep, const std::vector<int32_t
       options.threads = 1;
       options.shard = ShardSpec{r, tp, ep};
       options.comm = &group.rank(r);
+      options.forward = forward;
       Result<std::unique_ptr<CausalLm>> lm = CausalLm::Load(dir, options);
       if (!lm.ok()) {
         errors[r] = lm.status().ToString();
@@ -178,10 +179,10 @@ void ExpectLayoutsMatchOneRank(const std::string& dir, const std::vector<Layout>
   const int64_t V = (*one)->config().vocab_size;
   const std::vector<int32_t> prompt = Prompt(V);
   const std::vector<int32_t> feed = GreedyFeed(**one, prompt);
-  const Run ref = RunRank(**one, prompt, feed);
+  const RankRun ref = RunRank(**one, prompt, feed);
   for (const Layout& layout : layouts) {
     SCOPED_TRACE(fmt::format("--tp {}{}", layout.tp, layout.ep ? " --ep" : ""));
-    const Run run = RunLayout(dir, layout.tp, layout.ep, prompt, feed);
+    const RankRun run = RunLayout(dir, layout.tp, layout.ep, prompt, feed);
     ASSERT_EQ(run.prompt_logits.size(), ref.prompt_logits.size());
     for (int64_t t = 0; t < kPromptLen; ++t) {
       EXPECT_LE(RowRelError(&run.prompt_logits[t * V], &ref.prompt_logits[t * V], V), 1e-5)
@@ -217,6 +218,24 @@ TEST(TensorParallelTest, Qwen3MoeMatchesOneRank) {
 }
 TEST(TensorParallelTest, DenseQwen3MatchesOneRank) {
   ExpectLayoutsMatchOneRank(ModelDir("qwen3"), {{2, false}, {4, false}});
+}
+
+// The fused all-reduce + residual add + RMSNorm gives the bits of the three separate passes, on
+// one rank and on several.
+TEST(TensorParallelTest, FusedAllReduceNormEqualsUnfused) {
+  Result<std::unique_ptr<CausalLm>> one = CausalLm::Load(kTinyDir, {.weight_dtype = std::nullopt, .threads = 2});
+  ASSERT_TRUE(one.ok());
+  const std::vector<int32_t> prompt = Prompt((*one)->config().vocab_size);
+  const std::vector<int32_t> feed = GreedyFeed(**one, prompt);
+  for (const auto& [tp, ep] : std::vector<std::pair<int, bool>>{{1, false}, {2, false}, {4, true}}) {
+    const RankRun fused = RunLayout(kTinyDir, tp, ep, prompt, feed);
+    const RankRun unfused =
+        RunLayout(kTinyDir, tp, ep, prompt, feed, ForwardOptions{.fused_allreduce_norm = false});
+    EXPECT_EQ(fused.prompt_logits, unfused.prompt_logits) << "--tp " << tp;
+    EXPECT_EQ(fused.step_logits, unfused.step_logits) << "--tp " << tp;
+    EXPECT_EQ(fused.step_argmax, unfused.step_argmax) << "--tp " << tp;
+    EXPECT_EQ(fused.mtp_logits, unfused.mtp_logits) << "--tp " << tp;
+  }
 }
 
 TEST(ShardLayoutTest, SplitsAndReplicatesHeads) {

@@ -10,6 +10,11 @@ void CopyFloats(float* dst, const float* src, int64_t n) {
   if (n > 0 && dst != src) std::memmove(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 
+void Communicator::AllReduceRows(float* data, int64_t rows, int64_t cols, RowVisitor visit) {
+  AllReduceSum(data, rows * cols);
+  for (int64_t r = 0; r < rows; ++r) visit(r, data + r * cols);
+}
+
 void SingleRankCommunicator::AllGather(const float* in, int64_t n, float* out) {
   CopyFloats(out, in, n);
 }

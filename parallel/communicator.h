@@ -14,6 +14,22 @@
 
 namespace moeserve::parallel {
 
+// A callable (row index, row of floats) passed without allocation; the callee it wraps must
+// outlive the call it is passed to.
+class RowVisitor {
+ public:
+  template <typename F>
+  RowVisitor(F& f)  // NOLINT: implicit, as a lambda is passed
+      : context_(&f), call_([](void* c, int64_t row, const float* values) {
+          (*static_cast<F*>(c))(row, values);
+        }) {}
+  void operator()(int64_t row, const float* values) const { call_(context_, row, values); }
+
+ private:
+  void* context_;
+  void (*call_)(void*, int64_t, const float*);
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -35,6 +51,12 @@ class Communicator {
                          std::span<const int64_t> send_offsets, float* recv,
                          std::span<const int64_t> recv_counts,
                          std::span<const int64_t> recv_offsets) = 0;
+  // The rows of data [rows, cols] summed over the ranks (rank order, as AllReduceSum), each
+  // reduced row handed to visit(row, values) on every rank -- the reduction fused with what
+  // consumes it. Afterwards `data` holds the sum (this default: AllReduceSum, then the visits)
+  // or is left as it was (the local communicator, which sums each row straight from the ranks'
+  // buffers into a row of scratch and writes no reduced vector back).
+  virtual void AllReduceRows(float* data, int64_t rows, int64_t cols, RowVisitor visit);
   // data[0, bytes) of rank `root` to every rank.
   virtual void Broadcast(void* data, size_t bytes, int root) = 0;
   virtual void Barrier() = 0;
@@ -50,6 +72,9 @@ class SingleRankCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   void AllReduceSum(float*, int64_t) override {}
+  void AllReduceRows(float* data, int64_t rows, int64_t cols, RowVisitor visit) override {
+    for (int64_t r = 0; r < rows; ++r) visit(r, data + r * cols);
+  }
   void AllGather(const float* in, int64_t n, float* out) override;
   void ReduceScatterSum(const float* in, int64_t n, float* out) override;
   void AllToAllV(const float* send, std::span<const int64_t> send_counts,

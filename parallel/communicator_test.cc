@@ -72,6 +72,23 @@ TEST_P(LocalCommunicatorTest, EveryCollectiveMatchesTheSerialResult) {
       comm.AllReduceSum(data.data(), n);
       if (!SameBits(data.data(), RankOrderSum(size, step, n).data(), n)) fail("AllReduceSum", step);
 
+      // AllReduceRows: n values as rows of 4 (and a last short row left out), each row visited
+      // once, in order, with the rank-order sum.
+      {
+        const int64_t cols = 4, rows = n / cols;
+        std::vector<float> rows_in = Values(me, step, n), visited;
+        int64_t next_row = 0;
+        auto visit = [&](int64_t row, const float* values) {
+          if (row != next_row++) fail("AllReduceRows order", step);
+          visited.insert(visited.end(), values, values + cols);
+        };
+        comm.AllReduceRows(rows_in.data(), rows, cols, visit);
+        if (next_row != rows || !SameBits(visited.data(), RankOrderSum(size, step, n).data(),
+                                          rows * cols)) {
+          fail("AllReduceRows", step);
+        }
+      }
+
       std::vector<float> gathered(size * n);
       const std::vector<float> mine = Values(me, step, n);
       comm.AllGather(mine.data(), n, gathered.data());

@@ -61,6 +61,12 @@ void SimulatedLinkCommunicator::AllReduceSum(float* data, int64_t n) {
   Transfer(CollectiveBytes::AllReduce(n, size()));
 }
 
+void SimulatedLinkCommunicator::AllReduceRows(float* data, int64_t rows, int64_t cols,
+                                              RowVisitor visit) {
+  inner_.AllReduceRows(data, rows, cols, visit);
+  Transfer(CollectiveBytes::AllReduce(rows * cols, size()));
+}
+
 void SimulatedLinkCommunicator::AllGather(const float* in, int64_t n, float* out) {
   inner_.AllGather(in, n, out);
   Transfer(CollectiveBytes::AllGather(n, size()));

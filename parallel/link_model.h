@@ -42,6 +42,7 @@ class SimulatedLinkCommunicator final : public Communicator {
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   void AllReduceSum(float* data, int64_t n) override;
+  void AllReduceRows(float* data, int64_t rows, int64_t cols, RowVisitor visit) override;
   void AllGather(const float* in, int64_t n, float* out) override;
   void ReduceScatterSum(const float* in, int64_t n, float* out) override;
   void AllToAllV(const float* send, std::span<const int64_t> send_counts,

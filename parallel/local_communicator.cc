@@ -58,6 +58,25 @@ class LocalCommunicator final : public Communicator {
     // rank reaches after this copy.
   }
 
+  void AllReduceRows(float* data, int64_t rows, int64_t cols, RowVisitor visit) override {
+    const int size = group_.size_;
+    Mine().in = data;
+    const std::vector<LocalGroup::Published>& all = Begin();
+    // Every rank sums every row itself (the rows are short: what a step's tokens carry), so no
+    // reduced slice is exchanged and the consumer gets each row while it is in cache.
+    if (static_cast<int64_t>(scratch_.size()) < cols) scratch_.resize(cols);
+    float* row = scratch_.data();
+    for (int64_t r = 0; r < rows; ++r) {
+      CopyFloats(row, all[0].in + r * cols, cols);
+      for (int s = 1; s < size; ++s) {
+        const float* src = all[s].in + r * cols;
+        for (int64_t i = 0; i < cols; ++i) row[i] += src[i];
+      }
+      visit(r, row);
+    }
+    group_.Wait(sense_);  // B: no one reads `data` any more
+  }
+
   void AllGather(const float* in, int64_t n, float* out) override {
     Mine().in = in;
     const std::vector<LocalGroup::Published>& all = Begin();
