@@ -31,8 +31,14 @@ CausalLm::CausalLm(io::ModelConfig config, ShardLayout shard, ModelWeights weigh
 }
 
 LayerContext CausalLm::Context(int64_t layer) {
-  return LayerContext{shard_.local, pool_, *comm_, scratch_, tap_ ? &tap_ : nullptr, layer,
-                      forward_};
+  return LayerContext{shard_.local,
+                      pool_,
+                      *comm_,
+                      scratch_,
+                      tap_ ? &tap_ : nullptr,
+                      layer,
+                      forward_,
+                      shard_.spec.expert_parallel && comm_->size() > 1};
 }
 
 void CausalLm::EmbedRows(const int32_t* tokens, int64_t T, float* out) {

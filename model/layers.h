@@ -35,6 +35,10 @@ struct Scratch {
   // expert_pairs[expert_offsets[e] .. expert_offsets[e + 1]), in token order.
   std::vector<int32_t> expert_offsets, expert_pairs;
   std::vector<kernels::MatMulJob> moe_jobs;
+  // --ep's all-to-all: counts and offsets [4, ranks], the parts received, their sum.
+  std::vector<int64_t> exchange_counts;
+  std::vector<float> exchange_in, exchange_acc;
+  std::vector<float> shared_gates, reduced_row;  // --ep: [T] shared-expert gates; [H]
   std::vector<float> rope_cos, rope_sin;
 
   void Reserve(const io::ModelConfig& config, int64_t max_tokens);
@@ -46,6 +50,24 @@ struct ForwardOptions {
   // After o_proj / out_proj / down_proj: the ranks' all-reduce, the residual add and the next
   // RMSNorm in one pass over each row as it is reduced (else three passes).
   bool fused_allreduce_norm = true;
+  // The shared expert runs in the same joins as the first routed experts (and under --ep's
+  // all-to-all, while the exchange is in flight), not after them.
+  bool shared_expert_overlap = true;
+  // --ep, steps of up to mc2_max_tokens tokens: the MoE's combine as an all-to-all to the
+  // tokens' owners, then a gather of their rows (else one all-reduce of every rank's partial
+  // sums: all-gather dispatch). mc2: that all-to-all pipelined (MC2), else blocking.
+  int64_t mc2_max_tokens = 0;
+  bool mc2 = true;
+};
+
+// What SparseMoe leaves in `out`: by default this rank's part of every row (the ranks' outputs
+// sum to the layer's).
+struct MoeResult {
+  bool owned_rows = false;  // instead the finished rows of the tokens this rank owns (--ep)
+  // --ep's all-gather path: each row, once summed, takes + shared_gates[t] * shared_out[t]
+  // ([T] and [T, H]); null otherwise.
+  const float* shared_out = nullptr;
+  const float* shared_gates = nullptr;
 };
 
 // What every layer call needs besides its weights.
@@ -57,6 +79,7 @@ struct LayerContext {
   const ActivationTap* tap = nullptr;  // may be null
   int64_t layer = 0;  // decoder layer index (MTP layer i: num_hidden_layers + i): cache and tap
   ForwardOptions options = {};
+  bool expert_parallel = false;  // --ep: ranks hold whole experts (shard.h)
 
   bool tapped() const { return tap != nullptr && *tap; }
   void Tap(std::string_view name, const float* data, int64_t rows, int64_t cols) const {
@@ -83,9 +106,10 @@ void Attention(const LayerContext& ctx, const AttentionWeights& w, const TokenBa
 
 // Sparse MoE (spec §3.e): f32 softmax router, top-k, renormalization, SwiGLU experts summed per
 // token in ascending expert order, plus the shared expert x sigmoid(shared_expert_gate).
-// out: [T, H].
-void SparseMoe(const LayerContext& ctx, const MoeWeights& w, const float* x, int64_t T,
-               float* out);
+// out: [T, H], as the return value says (see ForwardOptions for --ep's paths; every path gives
+// a token the same bits).
+MoeResult SparseMoe(const LayerContext& ctx, const MoeWeights& w, const float* x, int64_t T,
+                    float* out);
 
 // Dense SwiGLU MLP: out = down(silu(gate x) * up x). out: [T, H].
 void SwiGluMlp(const LayerContext& ctx, const SwiGluWeights& w, const float* x, int64_t T,
@@ -96,8 +120,11 @@ void SwiGluMlp(const LayerContext& ctx, const SwiGluWeights& w, const float* x, 
 // communicator reduces it (Communicator::AllReduceRows), delta's reduced values never written;
 // else all-reduce, add, norm as three passes (and the tap sees delta as delta_name). The same
 // bits either way.
+// `how`: delta as SparseMoe left it (its owned rows are gathered instead of summed, its shared
+// expert added after the sum).
 void ReduceAddNorm(const LayerContext& ctx, float* delta, std::string_view delta_name, float* x,
-                   const std::vector<float>& norm, int64_t T, float* normed);
+                   const std::vector<float>& norm, int64_t T, float* normed,
+                   const MoeResult& how = {});
 
 // One pre-norm decoder layer over the residual stream x [T, H] (updated in place):
 // x += mixer(norm(x)); x += ffn(norm(x)). On entry `normed` holds input_norm(x); the layer ends

@@ -75,11 +75,14 @@ Result<ShardLayout> MakeShardLayout(const io::ModelConfig& g, const ShardSpec& s
       ASSIGN_OR_RETURN(s.moe, Split(g.moe_intermediate_size, tp, r, "moe_intermediate_size"));
     }
     c.moe_intermediate_size = s.moe.count;
-    if (g.shared_expert_intermediate_size > 0) {
+    // The shared expert: split by width under plain TP; whole on every rank under --ep, where
+    // each rank runs it for the tokens it owns (layers.h).
+    s.shared = Range{0, g.shared_expert_intermediate_size};
+    if (g.shared_expert_intermediate_size > 0 && !spec.expert_parallel) {
       ASSIGN_OR_RETURN(s.shared, Split(g.shared_expert_intermediate_size, tp, r,
                                        "shared_expert_intermediate_size"));
-      c.shared_expert_intermediate_size = s.shared.count;
     }
+    c.shared_expert_intermediate_size = s.shared.count;
   }
   s.vocab_stride = (g.vocab_size + tp - 1) / tp;
   const int64_t v0 = std::min<int64_t>(g.vocab_size, r * s.vocab_stride);

@@ -10,7 +10,8 @@
 //     the conv channels and the delta-rule state following their heads; out_proj by columns;
 //   - MoE: the router replicated; routed experts either each split by intermediate width (plain
 //     TP) or held whole by one rank (--ep: contiguous blocks of num_experts / tp); the shared
-//     expert and dense MLPs split by intermediate width;
+//     expert split by width under plain TP, whole on every rank under --ep (each runs it for
+//     the tokens it owns); dense MLPs split by intermediate width;
 //   - embedding and lm_head vocab-parallel: rank r holds rows [r Vp, min(V, (r + 1) Vp)),
 //     Vp = ceil(V / tp); embedding rows outside are zero before an all-reduce, logits are
 //     gathered (or only (max, index) pairs exchanged for greedy rows);

@@ -238,6 +238,34 @@ TEST(TensorParallelTest, FusedAllReduceNormEqualsUnfused) {
   }
 }
 
+// --ep's paths -- all-gather dispatch, all-to-all combine blocking or pipelined (MC2), the shared
+// expert joined or apart -- give every token the same bits, so a step may pick any of them.
+TEST(TensorParallelTest, ExpertParallelPathsAreBitIdentical) {
+  for (const std::string& dir : {kTinyDir, ModelDir("qwen3_moe")}) {
+    Result<std::unique_ptr<CausalLm>> one = CausalLm::Load(dir, {.weight_dtype = std::nullopt, .threads = 2});
+    ASSERT_TRUE(one.ok());
+    const std::vector<int32_t> prompt = Prompt((*one)->config().vocab_size);
+    const std::vector<int32_t> feed = GreedyFeed(**one, prompt);
+    for (int tp : {2, 4}) {
+      const RankRun allgather = RunLayout(dir, tp, true, prompt, feed);
+      const int64_t always = 1 << 20;
+      const std::vector<ForwardOptions> variants = {
+          {.mc2_max_tokens = always, .mc2 = true},
+          {.mc2_max_tokens = always, .mc2 = false},
+          {.shared_expert_overlap = false, .mc2_max_tokens = always, .mc2 = true},
+          {.shared_expert_overlap = false},
+          {.fused_allreduce_norm = false, .mc2_max_tokens = always}};
+      for (size_t v = 0; v < variants.size(); ++v) {
+        const RankRun run = RunLayout(dir, tp, true, prompt, feed, variants[v]);
+        EXPECT_EQ(run.prompt_logits, allgather.prompt_logits) << dir << " --tp " << tp << " variant " << v;
+        EXPECT_EQ(run.step_logits, allgather.step_logits) << dir << " --tp " << tp << " variant " << v;
+        EXPECT_EQ(run.step_argmax, allgather.step_argmax) << dir << " --tp " << tp << " variant " << v;
+        EXPECT_EQ(run.mtp_logits, allgather.mtp_logits) << dir << " --tp " << tp << " variant " << v;
+      }
+    }
+  }
+}
+
 TEST(ShardLayoutTest, SplitsAndReplicatesHeads) {
   Result<io::ModelConfig> c = io::LoadModelConfig(kTinyDir);  // 4 q / 2 kv, GDN 2 k / 4 v, 8 experts
   ASSERT_TRUE(c.ok());
@@ -251,7 +279,7 @@ TEST(ShardLayoutTest, SplitsAndReplicatesHeads) {
   EXPECT_EQ(s->experts.begin, 6);
   EXPECT_EQ(s->experts.count, 2);
   EXPECT_EQ(s->local.moe_intermediate_size, 128);  // whole experts under --ep
-  EXPECT_EQ(s->local.shared_expert_intermediate_size, 32);
+  EXPECT_EQ(s->local.shared_expert_intermediate_size, 128);  // whole under --ep too
   EXPECT_EQ(s->vocab.begin, 384);
   EXPECT_EQ(s->vocab.count, 128);
 }

@@ -15,6 +15,13 @@ void Communicator::AllReduceRows(float* data, int64_t rows, int64_t cols, RowVis
   for (int64_t r = 0; r < rows; ++r) visit(r, data + r * cols);
 }
 
+void Communicator::AllGatherRows(float* data, int64_t rows, int64_t cols, RowVisitor visit) {
+  const int64_t begin = rows * rank() / size(), end = rows * (rank() + 1) / size();
+  std::memset(data, 0, static_cast<size_t>(begin * cols) * sizeof(float));
+  std::memset(data + end * cols, 0, static_cast<size_t>((rows - end) * cols) * sizeof(float));
+  AllReduceRows(data, rows, cols, visit);
+}
+
 void SingleRankCommunicator::AllGather(const float* in, int64_t n, float* out) {
   CopyFloats(out, in, n);
 }

@@ -57,6 +57,25 @@ class Communicator {
   // or is left as it was (the local communicator, which sums each row straight from the ranks'
   // buffers into a row of scratch and writes no reduced vector back).
   virtual void AllReduceRows(float* data, int64_t rows, int64_t cols, RowVisitor visit);
+  // Each rank owns rows [rows r / p, rows (r + 1) / p) of data [rows, cols] (its slice, as
+  // AllReduceSum cuts them); every rank gets every row, each handed to visit(row, values) --
+  // the all-gather fused with what consumes it. This default: the other rows zeroed, then
+  // AllReduceRows.
+  virtual void AllGatherRows(float* data, int64_t rows, int64_t cols, RowVisitor visit);
+  // An all-to-all whose receives complete peer by peer (MC2's pipeline: compute on what has
+  // arrived, or on something else, while the rest is in flight). Start posts it (arguments as
+  // AllToAllV's; every array must stay valid and untouched until Finish); WaitFrom(s) returns
+  // once rank s's part is in recv; Finish completes the rest, after which the buffers may be
+  // reused. All ranks call the three in the same order, as a collective; one exchange at a time.
+  // This default moves everything in Start.
+  virtual void StartAllToAllV(const float* send, std::span<const int64_t> send_counts,
+                              std::span<const int64_t> send_offsets, float* recv,
+                              std::span<const int64_t> recv_counts,
+                              std::span<const int64_t> recv_offsets) {
+    AllToAllV(send, send_counts, send_offsets, recv, recv_counts, recv_offsets);
+  }
+  virtual void WaitFrom(int /*peer*/) {}
+  virtual void FinishAllToAllV() {}
   // data[0, bytes) of rank `root` to every rank.
   virtual void Broadcast(void* data, size_t bytes, int root) = 0;
   virtual void Barrier() = 0;
@@ -74,6 +93,9 @@ class SingleRankCommunicator final : public Communicator {
   void AllReduceSum(float*, int64_t) override {}
   void AllReduceRows(float* data, int64_t rows, int64_t cols, RowVisitor visit) override {
     for (int64_t r = 0; r < rows; ++r) visit(r, data + r * cols);
+  }
+  void AllGatherRows(float* data, int64_t rows, int64_t cols, RowVisitor visit) override {
+    AllReduceRows(data, rows, cols, visit);
   }
   void AllGather(const float* in, int64_t n, float* out) override;
   void ReduceScatterSum(const float* in, int64_t n, float* out) override;

@@ -5,6 +5,7 @@
 // same bits as adding the ranks' values in rank order. Also: --comm-sim's link model.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -129,6 +130,34 @@ TEST_P(LocalCommunicatorTest, EveryCollectiveMatchesTheSerialResult) {
         }
       }
 
+      // The same exchange started, each part waited for in a rotated order, then finished.
+      std::vector<float> started(recv_total, -1.0f);
+      comm.StartAllToAllV(send.data(), send_counts, send_offsets, started.data(), recv_counts,
+                          recv_offsets);
+      for (int d = 0; d < size; ++d) comm.WaitFrom((me + d) % size);
+      comm.FinishAllToAllV();
+      if (started != recv) fail("StartAllToAllV", step);
+
+      // AllGatherRows: each rank owns a slice of the rows; everyone visits every row's values.
+      {
+        const int64_t cols = 3, rows = n / cols;
+        std::vector<float> mine_rows(rows * cols, -7.0f);
+        for (int64_t r = rows * me / size; r < rows * (me + 1) / size; ++r) {
+          for (int64_t c = 0; c < cols; ++c) mine_rows[r * cols + c] = Value(me, step, r * cols + c);
+        }
+        int64_t visits = 0;
+        auto visit = [&](int64_t row, const float* values) {
+          ++visits;
+          int owner = 0;
+          while (row >= rows * (owner + 1) / size) ++owner;
+          for (int64_t c = 0; c < cols; ++c) {
+            if (values[c] != Value(owner, step, row * cols + c)) fail("AllGatherRows", step);
+          }
+        };
+        comm.AllGatherRows(mine_rows.data(), rows, cols, visit);
+        if (visits != rows) fail("AllGatherRows visits", step);
+      }
+
       int64_t payload[3] = {me == step % size ? 42 + step : -1, me == step % size ? n : -1, 7};
       comm.Broadcast(payload, sizeof(payload), step % size);
       if (payload[0] != 42 + step || payload[1] != n) fail("Broadcast", step);
@@ -210,6 +239,35 @@ TEST(LinkModelTest, ParsesLatencyAndBandwidth) {
   }
 }
 
+// A started all-to-all is exposed only for what the rank waits for: work between the start and
+// the waits longer than the link time hides all of it; waiting at once exposes all of it.
+TEST(LinkModelTest, StartedExchangeHidesBehindWork) {
+  const LinkModel link{.latency_us = 200, .gb_per_s = 0.1};  // 200 us + 4 KB at 100 MB/s = 240 us
+  constexpr int kSize = 2;
+  constexpr int64_t kN = 1000;
+  std::vector<double> hidden(kSize), blocking(kSize), modelled(kSize);
+  OnRanks(kSize, [&](Communicator& inner) {
+    SimulatedLinkCommunicator comm(inner, link);
+    const int other = 1 - comm.rank();
+    std::vector<float> send(2 * kN, static_cast<float>(comm.rank())), recv(2 * kN);
+    const std::vector<int64_t> counts = {kN, kN}, offsets = {0, kN};
+    comm.StartAllToAllV(send.data(), counts, offsets, recv.data(), counts, offsets);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // compute longer than the link
+    comm.WaitFrom(other);
+    comm.FinishAllToAllV();
+    EXPECT_EQ(recv[kN * other], static_cast<float>(other));
+    hidden[comm.rank()] = comm.exchange_exposed_seconds();
+    comm.AllToAllV(send.data(), counts, offsets, recv.data(), counts, offsets);
+    blocking[comm.rank()] = comm.exchange_exposed_seconds() - hidden[comm.rank()];
+    modelled[comm.rank()] = comm.modelled_seconds();
+  });
+  for (int r = 0; r < kSize; ++r) {
+    EXPECT_EQ(hidden[r], 0) << "rank " << r;
+    EXPECT_NEAR(blocking[r], 240e-6, 30e-6) << "rank " << r;
+    EXPECT_NEAR(modelled[r], 2 * 240e-6, 1e-9) << "rank " << r;
+  }
+}
+
 TEST(LinkModelTest, AddsTheModelledTimeOfEachCollective) {
   const LinkModel link{.latency_us = 10, .gb_per_s = 1};
   constexpr int kSize = 4;
@@ -234,6 +292,12 @@ TEST(LinkModelTest, AddsTheModelledTimeOfEachCollective) {
   }
   // One rank has no link.
   SingleRankCommunicator single;
+  SimulatedLinkCommunicator lone(single, link);
+  std::vector<float> row(4, 1.0f);
+  int64_t lone_visits = 0;
+  auto count = [&](int64_t, const float*) { ++lone_visits; };
+  lone.AllGatherRows(row.data(), 1, 4, count);
+  EXPECT_EQ(lone_visits, 1);
   SimulatedLinkCommunicator alone(single, link);
   std::vector<float> v(8, 1.0f);
   alone.AllReduceSum(v.data(), 8);

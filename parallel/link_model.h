@@ -7,7 +7,9 @@
 // is a real one (sleep, then spin for the last microseconds), so step times include it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <vector>
 #include <string_view>
 
 #include "core/status.h"
@@ -43,26 +45,42 @@ class SimulatedLinkCommunicator final : public Communicator {
   int size() const override { return inner_.size(); }
   void AllReduceSum(float* data, int64_t n) override;
   void AllReduceRows(float* data, int64_t rows, int64_t cols, RowVisitor visit) override;
+  void AllGatherRows(float* data, int64_t rows, int64_t cols, RowVisitor visit) override;
   void AllGather(const float* in, int64_t n, float* out) override;
   void ReduceScatterSum(const float* in, int64_t n, float* out) override;
   void AllToAllV(const float* send, std::span<const int64_t> send_counts,
                  std::span<const int64_t> send_offsets, float* recv,
                  std::span<const int64_t> recv_counts,
                  std::span<const int64_t> recv_offsets) override;
+  void StartAllToAllV(const float* send, std::span<const int64_t> send_counts,
+                      std::span<const int64_t> send_offsets, float* recv,
+                      std::span<const int64_t> recv_counts,
+                      std::span<const int64_t> recv_offsets) override;
+  void WaitFrom(int peer) override;
+  void FinishAllToAllV() override;
   void Broadcast(void* data, size_t bytes, int root) override;
   void Barrier() override;
 
-  // The link time added so far, and the collectives it was added to.
+  // The link time of the collectives so far, and their number.
   double modelled_seconds() const { return modelled_seconds_; }
   int64_t num_collectives() const { return num_collectives_; }
+  // The part of it this rank waited for: all of a blocking collective's; of a started all-to-all
+  // (StartAllToAllV) only what WaitFrom / Finish found still in flight.
+  double exposed_seconds() const { return exposed_seconds_; }
+  // The same for all-to-all exchanges only (blocking or started).
+  double exchange_exposed_seconds() const { return exchange_exposed_seconds_; }
 
  private:
-  // Waits the link time of a collective that moved `bytes` per rank (nothing with one rank).
-  void Transfer(double bytes);
+  // Waits the link time of a blocking collective that moved `bytes` per rank (nothing with one
+  // rank); `exchange` when it is an all-to-all.
+  void Transfer(double bytes, bool exchange = false);
 
   Communicator& inner_;
   LinkModel link_;
-  double modelled_seconds_ = 0;
+  double modelled_seconds_ = 0, exposed_seconds_ = 0, exchange_exposed_seconds_ = 0;
+  // The exchange in flight: when each peer's part arrives, when all of it is done.
+  std::vector<std::chrono::steady_clock::time_point> arrival_;
+  std::chrono::steady_clock::time_point exchange_done_;
   int64_t num_collectives_ = 0;
 };
 

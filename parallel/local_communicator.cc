@@ -77,6 +77,19 @@ class LocalCommunicator final : public Communicator {
     group_.Wait(sense_);  // B: no one reads `data` any more
   }
 
+  void AllGatherRows(float* data, int64_t rows, int64_t cols, RowVisitor visit) override {
+    const int size = group_.size_;
+    Mine().in = data;
+    const std::vector<LocalGroup::Published>& all = Begin();
+    // Each row straight from its owner's buffer.
+    for (int s = 0; s < size; ++s) {
+      for (int64_t r = rows * s / size; r < rows * (s + 1) / size; ++r) {
+        visit(r, all[s].in + r * cols);
+      }
+    }
+    group_.Wait(sense_);  // B: no one reads `data` any more
+  }
+
   void AllGather(const float* in, int64_t n, float* out) override {
     Mine().in = in;
     const std::vector<LocalGroup::Published>& all = Begin();
@@ -118,6 +131,42 @@ class LocalCommunicator final : public Communicator {
     group_.Wait(sense_);
   }
 
+  void StartAllToAllV(const float* send, std::span<const int64_t> send_counts,
+                      std::span<const int64_t> send_offsets, float* recv,
+                      std::span<const int64_t> recv_counts,
+                      std::span<const int64_t> recv_offsets) override {
+    const int size = group_.size_;
+    CHECK(static_cast<int>(send_counts.size()) == size && static_cast<int>(send_offsets.size()) == size &&
+          static_cast<int>(recv_counts.size()) == size && static_cast<int>(recv_offsets.size()) == size);
+    LocalGroup::Published& mine = Mine();
+    mine.in = send;
+    mine.counts = send_counts.data();
+    mine.offsets = send_offsets.data();
+    // Everyone's send buffer is readable after A; each part is copied when waited for.
+    exchange_ = &Begin();
+    exchange_recv_ = recv;
+    exchange_counts_ = recv_counts;
+    exchange_offsets_ = recv_offsets;
+    exchange_done_.assign(size, false);
+  }
+
+  void WaitFrom(int s) override {
+    CHECK(exchange_ != nullptr) << "WaitFrom without StartAllToAllV";
+    if (exchange_done_[s]) return;
+    const std::vector<LocalGroup::Published>& all = *exchange_;
+    CHECK_EQ(all[s].counts[rank_], exchange_counts_[s])
+        << "rank " << s << " sends rank " << rank_ << " what it does not expect";
+    CopyFloats(exchange_recv_ + exchange_offsets_[s], all[s].in + all[s].offsets[rank_],
+               exchange_counts_[s]);
+    exchange_done_[s] = true;
+  }
+
+  void FinishAllToAllV() override {
+    for (int s = 0; s < group_.size_; ++s) WaitFrom(s);
+    exchange_ = nullptr;
+    group_.Wait(sense_);  // B: every part read; send buffers may be reused
+  }
+
   void Broadcast(void* data, size_t bytes, int root) override {
     CHECK(root >= 0 && root < group_.size_) << "root " << root;
     Mine().bytes = data;
@@ -145,6 +194,11 @@ class LocalCommunicator final : public Communicator {
   bool sense_ = false;
   int parity_ = 0;
   std::vector<float> scratch_;  // this rank's reduced slice
+  // The exchange between StartAllToAllV and FinishAllToAllV.
+  const std::vector<LocalGroup::Published>* exchange_ = nullptr;
+  float* exchange_recv_ = nullptr;
+  std::span<const int64_t> exchange_counts_, exchange_offsets_;
+  std::vector<bool> exchange_done_;
 };
 
 LocalGroup::LocalGroup(int size) : size_(size) {

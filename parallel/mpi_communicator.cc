@@ -101,6 +101,39 @@ class MpiCommunicator final : public Communicator {
           "MPI_Alltoallv");
   }
 
+  void StartAllToAllV(const float* send, std::span<const int64_t> send_counts,
+                      std::span<const int64_t> send_offsets, float* recv,
+                      std::span<const int64_t> recv_counts,
+                      std::span<const int64_t> recv_offsets) override {
+    // Point to point, so each peer's part completes on its own (MPI_Ialltoallv completes whole).
+    recv_requests_.assign(size_, MPI_REQUEST_NULL);
+    send_requests_.assign(size_, MPI_REQUEST_NULL);
+    for (int s = 0; s < size_; ++s) {
+      if (s == rank_) continue;
+      if (recv_counts[s] > 0) {
+        Check(MPI_Irecv(recv + recv_offsets[s], ToInt(recv_counts[s]), MPI_FLOAT, s, kExchangeTag,
+                        MPI_COMM_WORLD, &recv_requests_[s]),
+              "MPI_Irecv");
+      }
+      if (send_counts[s] > 0) {
+        Check(MPI_Isend(send + send_offsets[s], ToInt(send_counts[s]), MPI_FLOAT, s, kExchangeTag,
+                        MPI_COMM_WORLD, &send_requests_[s]),
+              "MPI_Isend");
+      }
+    }
+    CHECK_EQ(send_counts[rank_], recv_counts[rank_]) << "a rank sends itself what it does not expect";
+    CopyFloats(recv + recv_offsets[rank_], send + send_offsets[rank_], recv_counts[rank_]);
+  }
+
+  void WaitFrom(int s) override {
+    Check(MPI_Wait(&recv_requests_[s], MPI_STATUS_IGNORE), "MPI_Wait");
+  }
+
+  void FinishAllToAllV() override {
+    Check(MPI_Waitall(size_, recv_requests_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    Check(MPI_Waitall(size_, send_requests_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  }
+
   void Broadcast(void* data, size_t bytes, int root) override {
     // In chunks that fit an int count.
     auto* p = static_cast<char*>(data);
@@ -118,6 +151,8 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   std::vector<int> counts_, displs_, counts2_, displs2_;
   std::vector<float> gathered_;
+  std::vector<MPI_Request> recv_requests_, send_requests_;  // the exchange in flight
+  static constexpr int kExchangeTag = 17;
 };
 
 void FinalizeAtExit() {
