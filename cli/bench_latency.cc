@@ -36,6 +36,19 @@ struct RunResult {
   int64_t batch_size, input_len, output_len;
   double prefill_tok_s, tpot_ms, decode_tok_s, roofline_tok_s, roofline_ratio;
   engine::SpecDecodeStats spec;  // speculative decoding: drafts and acceptance in this run
+  // --comm-sim, per decode step on rank 0: the modelled link time of its collectives, the part
+  // it waited for, and of that the part in all-to-all exchanges (--ep's combine).
+  double link_ms = 0, link_exposed_ms = 0, a2a_exposed_ms = 0;
+};
+
+// Rank 0's link counters (zero without --comm-sim).
+struct LinkCounters {
+  double modelled = 0, exposed = 0, exchange = 0;
+  static LinkCounters Of(const model::ModelGroup& group) {
+    const parallel::SimulatedLinkCommunicator* link = group.link();
+    if (link == nullptr) return {};
+    return {link->modelled_seconds(), link->exposed_seconds(), link->exchange_exposed_seconds()};
+  }
 };
 
 // `batch` concurrent requests through a fresh engine (so no request finds another run's prompt
@@ -71,8 +84,11 @@ Result<RunResult> RunBatch(model::ModelGroup& group, const engine::EngineConfig&
   double prefill_ms = 0, step_start_ms = 0, decode_ms = 0;
   int64_t decode_steps = 0, decode_tokens = 0;
   std::vector<int64_t> outputs_of(batch, 0);  // by request id: a fresh engine numbers from 0
+  LinkCounters link_in_decode;
   while (engine->HasUnfinished()) {
+    const LinkCounters before = LinkCounters::Of(group);
     ASSIGN_OR_RETURN(const std::vector<engine::Request*>* updated, StepEngine(*engine));
+    const LinkCounters after = LinkCounters::Of(group);
     const double now = watch.ElapsedMillis();
     const bool prefilled = num_started == batch;  // before this step
     int64_t new_tokens = 0;
@@ -85,6 +101,9 @@ Result<RunResult> RunBatch(model::ModelGroup& group, const engine::EngineConfig&
       decode_ms += now - step_start_ms;
       decode_tokens += new_tokens;
       ++decode_steps;
+      link_in_decode.modelled += after.modelled - before.modelled;
+      link_in_decode.exposed += after.exposed - before.exposed;
+      link_in_decode.exchange += after.exchange - before.exchange;
     }
     if (!prefilled && num_started == batch) prefill_ms = now;
     step_start_ms = now;
@@ -100,6 +119,10 @@ Result<RunResult> RunBatch(model::ModelGroup& group, const engine::EngineConfig&
   r.prefill_tok_s = static_cast<double>(batch * input_len) / (prefill_ms * 1e-3);
   r.tpot_ms = decode_ms / (static_cast<double>(decode_tokens) / static_cast<double>(batch));
   r.decode_tok_s = static_cast<double>(batch) * 1000.0 / r.tpot_ms;
+  const double per_step = 1e3 / static_cast<double>(decode_steps);
+  r.link_ms = link_in_decode.modelled * per_step;
+  r.link_exposed_ms = link_in_decode.exposed * per_step;
+  r.a2a_exposed_ms = link_in_decode.exchange * per_step;
   return r;
 }
 
@@ -208,8 +231,15 @@ int Run(const Options& o) {
                    ? fmt::format(" (paused above batch {})", spec.disable_batch_size)
                    : "");
   }
-  fmt::print("{:>5} {:>6} {:>6} {:>12} {:>9} {:>12} {:>10}{}\n", "batch", "input", "output",
+  const bool link = group.link() != nullptr;
+  if (link) {
+    fmt::print("modelled link    {} (--comm-sim): per decode step, the link time of rank 0's "
+               "collectives, what of it was exposed, and of that the all-to-all's\n",
+               o.model.comm_sim);
+  }
+  fmt::print("{:>5} {:>6} {:>6} {:>12} {:>9} {:>12} {:>10}{}{}\n", "batch", "input", "output",
              "prefill t/s", "TPOT ms", "decode t/s", "roofline",
+             link ? "   link ms  exposed  a2a exp." : "",
              spec.enabled() ? "  accept.len  accepted per position" : "");
   for (const RunResult& r : runs) {
     std::string acceptance;
@@ -223,9 +253,13 @@ int Run(const Options& o) {
       acceptance = fmt::format("  {:>10.2f}  {}", r.spec.mean_acceptance_length(),
                                fmt::join(rates, " "));
     }
-    fmt::print("{:>5} {:>6} {:>6} {:>12.1f} {:>9.2f} {:>12.1f} {:>9.1f}%{}\n", r.batch_size,
+    const std::string link_columns =
+        link ? fmt::format(" {:>9.3f} {:>8.3f} {:>9.3f}", r.link_ms, r.link_exposed_ms,
+                           r.a2a_exposed_ms)
+             : "";
+    fmt::print("{:>5} {:>6} {:>6} {:>12.1f} {:>9.2f} {:>12.1f} {:>9.1f}%{}{}\n", r.batch_size,
                r.input_len, r.output_len, r.prefill_tok_s, r.tpot_ms, r.decode_tok_s,
-               100.0 * r.roofline_ratio, acceptance);
+               100.0 * r.roofline_ratio, link_columns, acceptance);
   }
   // How batching scales the aggregate decode rate, when batch 1 was measured.
   const auto one =
@@ -245,6 +279,11 @@ int Run(const Options& o) {
     j["tp"] = group.size();
     j["ep"] = o.model.ep;
     j["comm"] = o.model.comm;
+    j["comm_sim"] = o.model.comm_sim;
+    j["mc2"] = !o.model.no_mc2;
+    j["mc2_max_tokens"] = o.model.mc2_max_tokens;
+    j["fused_allreduce_norm"] = !o.model.no_fused_allreduce_norm;
+    j["shared_expert_overlap"] = !o.model.no_shared_expert_overlap;
     j["bandwidth_gbs"] = bandwidth;
     j["bytes_per_token"] = stats.bytes_per_token;
     j["runs"] = nlohmann::ordered_json::array();
@@ -257,6 +296,9 @@ int Run(const Options& o) {
                            {"decode_tok_s", r.decode_tok_s},
                            {"roofline_tok_s", r.roofline_tok_s},
                            {"roofline_ratio", r.roofline_ratio},
+                           {"link_ms_per_step", r.link_ms},
+                           {"link_exposed_ms_per_step", r.link_exposed_ms},
+                           {"a2a_exposed_ms_per_step", r.a2a_exposed_ms},
                            {"spec",
                             {{"method", engine::SpecName(spec)},
                              {"num_drafts", r.spec.num_drafts},

@@ -25,6 +25,15 @@ void ModelFlags::Register(FlagSet& flags) {
                "-np must equal --tp)");
   flags.Bool("no-fused-allreduce-norm", &no_fused_allreduce_norm,
              "case study #15 off: all-reduce, residual add and RMSNorm as three passes");
+  flags.Int("mc2-max-tokens", &mc2_max_tokens,
+            "--ep: steps of up to this many tokens combine experts by all-to-all to the tokens' "
+            "owners (MC2), larger ones by one all-reduce (0: never all-to-all)");
+  flags.Bool("no-mc2", &no_mc2,
+             "case study #13 off: --ep's all-to-all blocks after the expert compute instead of "
+             "pipelining with it");
+  flags.Bool("no-shared-expert-overlap", &no_shared_expert_overlap,
+             "case study #1 off: the shared expert after the routed ones (own joins), not with "
+             "them or behind the all-to-all");
   flags.String("comm-sim", &comm_sim,
                "LATENCY_US,GBPS: add a modelled link's time to every collective (\"\": none)");
 }
@@ -38,6 +47,9 @@ Status ModelFlags::Validate() const {
   }
   if (threads < 0) return InvalidArgument("--threads: must not be negative");
   if (tp < 1 || tp > 1024) return InvalidArgument("--tp: {} is outside [1, 1024]", tp);
+  if (mc2_max_tokens < 0) {
+    return InvalidArgument("--mc2-max-tokens: must not be negative (got {})", mc2_max_tokens);
+  }
   if (comm != "local" && comm != "mpi") {
     return InvalidArgument("--comm: '{}' is not local or mpi", comm);
   }
@@ -112,6 +124,9 @@ Result<std::unique_ptr<model::ModelGroup>> ModelFlags::LoadGroup() const {
   options.threads = static_cast<size_t>(
       threads > 0 ? threads : std::max<int64_t>(1, cores / RanksOnThisMachine()));
   options.forward.fused_allreduce_norm = !no_fused_allreduce_norm;
+  options.forward.mc2 = !no_mc2;
+  options.forward.shared_expert_overlap = !no_shared_expert_overlap;
+  options.forward.mc2_max_tokens = mc2_max_tokens;
   model::ParallelOptions parallel;
   parallel.tp = static_cast<int>(tp);
   parallel.ep = ep;

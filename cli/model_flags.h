@@ -23,6 +23,9 @@ struct ModelFlags {
   std::string comm = "local";  // --comm local | mpi
   std::string comm_sim;        // --comm-sim LATENCY_US,GBPS ("" = none)
   bool no_fused_allreduce_norm = false;
+  bool no_mc2 = false;
+  bool no_shared_expert_overlap = false;
+  int64_t mc2_max_tokens = model::ForwardOptions{}.mc2_max_tokens;
 
   void Register(FlagSet& flags);
   // Checks the flag values (a usage error names the flag).

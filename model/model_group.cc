@@ -148,10 +148,6 @@ ModelGroup::~ModelGroup() {
   for (std::thread& t : followers_) t.join();
 }
 
-double ModelGroup::modelled_link_seconds() const {
-  return ranks_[0].link != nullptr ? ranks_[0].link->modelled_seconds() : 0.0;
-}
-
 void ModelGroup::CreateCache(const CacheSizes& sizes) {
   Issue(Command{.op = Op::kCreateCache,
                 .a = sizes.num_blocks,

@@ -64,8 +64,8 @@ class ModelGroup {
   const CausalLm& model() const { return *ranks_[0].model; }
   // Every rank's cache shard; this is rank 0's.
   ModelCache& cache() { return *ranks_[0].cache; }
-  // The link time the modelled link added so far, on rank 0 (0 without --comm-sim).
-  double modelled_link_seconds() const;
+  // Rank 0's modelled link (--comm-sim), null without one.
+  const parallel::SimulatedLinkCommunicator* link() const { return ranks_[0].link.get(); }
 
   // Leader only, mirrored on every rank (see CausalLm and ModelCache for each).
   void CreateCache(const CacheSizes& sizes);
