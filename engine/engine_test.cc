@@ -698,10 +698,12 @@ SamplingParams GreedyWithLogits(int64_t max_tokens) {
   return params;
 }
 
-std::unique_ptr<model::ModelGroup> LoadRanks(const std::string& dir, int tp, bool ep) {
-  Result<std::unique_ptr<model::ModelGroup>> group =
-      model::ModelGroup::Load(dir, {.weight_dtype = std::nullopt, .threads = 1},
-                              {.tp = tp, .ep = ep, .link = std::nullopt});
+std::unique_ptr<model::ModelGroup> LoadRanks(const std::string& dir, int tp, bool ep,
+                                             int64_t mc2_max_tokens = 0) {
+  model::LoadOptions options{.weight_dtype = std::nullopt, .threads = 1};
+  options.forward.mc2_max_tokens = mc2_max_tokens;
+  Result<std::unique_ptr<model::ModelGroup>> group = model::ModelGroup::Load(
+      dir, options, {.tp = tp, .ep = ep, .link = std::nullopt});
   EXPECT_TRUE(group.ok()) << group.status().ToString();
   return group.ok() ? std::move(*group) : nullptr;
 }
@@ -710,7 +712,8 @@ std::unique_ptr<model::ModelGroup> LoadRanks(const std::string& dir, int tp, boo
 // eight requests of different lengths arriving one every 3 steps give the tokens of one rank,
 // their logits within 1e-5 relative; at each layout a request's logits are bit-identical alone
 // and in the batch; plain greedy rows (argmax pairs exchanged, no logits gathered) give the same
-// tokens.
+// tokens. With --mc2-max-tokens 16 steps switch between the MoE's all-to-all (MC2) and its
+// all-gather by their token count, and still no bit moves.
 TEST(EngineParallelTest, RanksMatchOneRankAndAreBatchInvariant) {
   auto lm = LoadModel(kHybridDir);
   ASSERT_TRUE(lm);
@@ -719,9 +722,16 @@ TEST(EngineParallelTest, RanksMatchOneRankAndAreBatchInvariant) {
   auto one = Engine::Create(*lm, config);
   ASSERT_TRUE(one.ok());
   const std::vector<Trace> want = RunAll(**one, prompts, 8, 3, nullptr, GreedyWithLogits(8));
-  for (const auto& [tp, ep] : std::vector<std::pair<int, bool>>{{2, false}, {2, true}, {4, true}}) {
-    const std::string layout = fmt::format("--tp {}{}", tp, ep ? " --ep" : "");
-    auto group = LoadRanks(kHybridDir, tp, ep);
+  struct Layout {
+    int tp;
+    bool ep;
+    int64_t mc2_max_tokens;
+  };
+  for (const Layout& l : std::vector<Layout>{{2, false, 0}, {2, true, 0}, {4, true, 0}, {2, true, 16}}) {
+    const int tp = l.tp;
+    const std::string layout =
+        fmt::format("--tp {}{} --mc2-max-tokens {}", tp, l.ep ? " --ep" : "", l.mc2_max_tokens);
+    auto group = LoadRanks(kHybridDir, tp, l.ep, l.mc2_max_tokens);
     ASSERT_TRUE(group);
     auto engine = Engine::Create(*group, config);
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();
@@ -761,7 +771,7 @@ TEST(EngineParallelTest, MtpSpeculationOverRanksKeepsTheTokens) {
   EngineConfig spec = plain;
   spec.spec = *ParseSpecFlag("mtp:2");
   spec.spec.min_acceptance = 0;  // draft every step, whatever the acceptance
-  auto group = LoadRanks(kHybridDir, 2, true);
+  auto group = LoadRanks(kHybridDir, 2, true, 16);
   ASSERT_TRUE(group);
   auto engine = Engine::Create(*group, spec);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
