@@ -211,8 +211,9 @@ TEST_F(ParallelE2eTest, ServeUnderMpirunAnswersAsOneRank) {
       auto r = c.Post("/v1/completions", body.dump(), "application/json");
       EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
       if (!r || r->status != 200) return texts;
+      const json answer = json::parse(r->body);
       json choices;
-      for (const json& choice : json::parse(r->body)["choices"]) choices.push_back(choice["text"]);
+      for (const json& choice : answer["choices"]) choices.push_back(choice["text"]);
       texts.push_back(choices);
     }
     return texts;
