@@ -37,6 +37,7 @@ struct Options {
   std::string served_model_name;
   std::string chat_template;
   int64_t max_body_mib = 16;
+  int64_t max_waiting_requests = 0;
 };
 
 int Run(const Options& o) {
@@ -47,6 +48,9 @@ int Run(const Options& o) {
     return UsageError(kCommand, InvalidArgument("--port: must be in [0, 65535]"));
   }
   if (o.max_body_mib < 1) return UsageError(kCommand, InvalidArgument("--max-body-mib: >= 1"));
+  if (o.max_waiting_requests < 0) {
+    return UsageError(kCommand, InvalidArgument("--max-waiting-requests: must not be negative"));
+  }
   // Under mpirun every process loads its rank first: only rank 0 serves HTTP, the others follow
   // the steps it broadcasts.
   std::unique_ptr<model::ModelGroup> mpi_group;
@@ -103,6 +107,7 @@ int Run(const Options& o) {
   options.model_root = *dir;
   options.vocab_size = config->vocab_size;
   options.max_body_bytes = static_cast<size_t>(o.max_body_mib) << 20;
+  options.max_waiting_requests = o.max_waiting_requests;
   const std::vector<std::string> from_file = generation_config->ApplyTo(&options.default_params);
   options.extra_eos_ids = generation_config->ExtraEosIds(config->eos_token_ids);
   if (generation_config->max_new_tokens.value_or(0) > 0) {
@@ -159,6 +164,9 @@ int RunServe(const std::vector<std::string>& args) {
   flags.String("chat-template", &o.chat_template,
                "a Jinja chat template file instead of tokenizer_config.json's");
   flags.Int("max-body-mib", &o.max_body_mib, "larger request bodies are refused (413)");
+  flags.Int("max-waiting-requests", &o.max_waiting_requests,
+            "past this many waiting requests (each choice of n counts) new ones get a 503 "
+            "(0: no bound)");
   if (std::optional<int> exit_code = ParseFlags(flags, args, kCommand)) return *exit_code;
   return Run(o);
 }

@@ -59,7 +59,8 @@ EngineLoop::EngineLoop(std::unique_ptr<engine::Engine> engine)
 
 EngineLoop::~EngineLoop() { Stop(); }
 
-std::shared_ptr<Channel> EngineLoop::Submit(std::vector<ChoiceInput> choices) {
+std::shared_ptr<Channel> EngineLoop::Submit(std::vector<ChoiceInput> choices,
+                                            int64_t max_waiting) {
   auto channel = std::make_shared<Channel>(choices.size());
   {
     std::lock_guard lock(mu_);
@@ -67,6 +68,15 @@ std::shared_ptr<Channel> EngineLoop::Submit(std::vector<ChoiceInput> choices) {
       channel->Fail(Unavailable("the server is shutting down or its engine failed"));
       return channel;
     }
+    const int64_t waiting = queued_choices_ + engine_waiting_.load();
+    if (max_waiting > 0 && waiting + static_cast<int64_t>(choices.size()) > max_waiting) {
+      channel->Fail(Unavailable(
+          "the server is overloaded: {} requests are waiting, at most {} may "
+          "(--max-waiting-requests); retry later",
+          waiting, max_waiting));
+      return channel;
+    }
+    queued_choices_ += static_cast<int64_t>(choices.size());
     submissions_.push_back({channel, Clock::now(), std::move(choices)});
   }
   cv_.notify_one();
@@ -111,6 +121,7 @@ void EngineLoop::Run() {
       cv_.wait(lock, [&] { return busy || stop_ || !submissions_.empty() || !aborts_.empty(); });
       std::swap(submissions, submissions_);
       std::swap(aborts, aborts_);
+      queued_choices_ = 0;
       stop = stop_;
     }
     for (Submission& s : submissions) AddSubmission(s);
@@ -158,6 +169,7 @@ void EngineLoop::Run() {
 }
 
 void EngineLoop::SampleGauges() {
+  engine_waiting_ = engine_->num_waiting();
   const engine::KvCacheManager& cache = engine_->cache_manager();
   metrics_.SetGauges(engine_->num_running(), engine_->num_waiting(), engine_->kv_cache_usage(),
                      cache.prefix_cache_queries(), cache.prefix_cache_hits());
@@ -263,6 +275,7 @@ void EngineLoop::FailAll(const Status& status) {
   std::lock_guard lock(mu_);
   for (Submission& s : submissions_) s.channel->Fail(status);
   submissions_.clear();
+  queued_choices_ = 0;
 }
 
 }  // namespace moeserve::server

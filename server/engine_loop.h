@@ -61,6 +61,11 @@ class Channel {
                engine::FinishReason finish = engine::FinishReason::kNone);
   void PublishPromptLogprobs(size_t choice, std::span<const engine::SampledToken> logprobs);
   void Fail(const Status& status);
+  // The request's error so far (OK while none).
+  Status error() const {
+    std::lock_guard lock(mu_);
+    return error_;
+  }
 
  private:
   mutable std::mutex mu_;
@@ -77,8 +82,10 @@ class EngineLoop {
   ~EngineLoop();  // Stop()
 
   // Queues a request: one engine request per element of `choices`. The engine's refusal
-  // (AddRequest's error) arrives on the channel.
-  std::shared_ptr<Channel> Submit(std::vector<ChoiceInput> choices);
+  // (AddRequest's error) arrives on the channel. With max_waiting > 0, a request whose choices
+  // would make more than max_waiting engine requests wait (queued here or in the scheduler's
+  // waiting queue) is refused at once: its channel fails Unavailable (a 503).
+  std::shared_ptr<Channel> Submit(std::vector<ChoiceInput> choices, int64_t max_waiting = 0);
   // Ends every unfinished choice of the channel's request (a client gone: kAbort; a stop string
   // found: kStop). Harmless when they have finished.
   void Abort(const std::shared_ptr<Channel>& channel,
@@ -134,6 +141,9 @@ class EngineLoop {
   std::mutex mu_;  // guards the queues and stop_
   std::condition_variable cv_;
   std::deque<Submission> submissions_;
+  int64_t queued_choices_ = 0;  // the choices of submissions_
+  // The scheduler's waiting requests, as the loop last saw them (for Submit's bound).
+  std::atomic<int64_t> engine_waiting_{0};
   std::vector<AbortOrder> aborts_;
   bool stop_ = false;
 

@@ -286,7 +286,11 @@ struct HttpServer::Impl {
     job->request = std::move(r);
     job->prompts = std::move(prompts);
     job->prompt_texts = std::move(prompt_texts);
-    job->channel = l->Submit(std::move(inputs));
+    job->channel = l->Submit(std::move(inputs), options.max_waiting_requests);
+    if (Status refused = job->channel->error(); !refused.ok()) {  // before any byte is sent
+      SendError(res, ToApiError(refused));
+      return;
+    }
 
     if (!job->request.stream) {
       // No disconnect check here: httplib 0.11 cannot tell a closed connection before writing.

@@ -25,6 +25,9 @@ struct ServerOptions {
   std::string model_root;         // /v1/models' "root": the model folder
   int64_t vocab_size = 0;         // the model's (prompt ids must lie below it)
   size_t max_body_bytes = 16 << 20;
+  // --max-waiting-requests: past this many waiting engine requests a new one is refused with a
+  // 503 (0: no bound).
+  int64_t max_waiting_requests = 0;
   // Sampling defaults under each request's keys (generation_config.json's, as vLLM's
   // --generation-config auto), and stop ids joining every request's unless ignore_eos.
   engine::SamplingParams default_params;

@@ -1,0 +1,127 @@
+// Limits that protect the server (issue #16): a bounded waiting queue. With --max-num-seqs 1
+// and --max-waiting-requests 2, one request runs, two wait, and the next is refused at once with
+// a 503 naming the limit; once they are gone requests are served again. Steps are slowed by a
+// modelled link (--tp 2 --comm-sim) so that the running request lasts while the others arrive.
+// (The loop learns which requests a step started when the step ends, so the bound can lag by
+// one step's admissions: the test sends the waiting ones after the first has its first token.)
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/run_binary.h"
+#include "tests/server_process.h"
+
+namespace moeserve {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// A streaming completion on a plain socket, left open once the response headers have arrived
+// (the server has queued it by then) -- or, with first_token, once its first token has. Returns
+// the socket, or -1.
+int OpenStream(int port, int max_tokens, bool first_token = false) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  const std::string body = json{{"prompt", "a b c"},
+                                {"max_tokens", max_tokens},
+                                {"ignore_eos", true},
+                                {"stream", true}}
+                               .dump();
+  const std::string request = fmt::format(
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: {}\r\n\r\n{}",
+      body.size(), body);
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return -1;
+  }
+  std::string received;
+  char c;
+  const std::string until = first_token ? "data: " : "\r\n\r\n";
+  while (received.find(until) == std::string::npos && read(fd, &c, 1) == 1) received += c;
+  if (received.find(" 200 ") == std::string::npos) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST(LimitsTest, WaitingQueueIsBoundedWith503) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("moeserve_limits_{}", getpid());
+  fs::create_directories(dir);
+  const std::string model = (dir / "model").string();
+  ASSERT_EQ(e2e::RunMoeserve(
+                fmt::format("make-model --arch qwen3_next --preset tiny --seed 3 --out {}", model),
+                dir / "make.err")
+                .exit_code,
+            0);
+  e2e::ServerProcess server({"--model", model, "--max-model-len", "256", "--max-num-seqs", "1",
+                             "--max-waiting-requests", "2", "--tp", "2", "--comm-sim", "500,1"},
+                            dir / "serve.err");
+  ASSERT_TRUE(server.ok()) << server.log();
+
+  // One runs (each step waits ~10 modelled collectives of 0.5 ms: 200 tokens take over a
+  // second), two wait.
+  const int running = OpenStream(server.port(), 200, /*first_token=*/true);
+  ASSERT_GE(running, 0);
+  const int waiting1 = OpenStream(server.port(), 200), waiting2 = OpenStream(server.port(), 200);
+  ASSERT_GE(waiting1, 0);
+  ASSERT_GE(waiting2, 0);
+
+  httplib::Client c("127.0.0.1", server.port());
+  c.set_read_timeout(60, 0);
+  const json body = {{"prompt", "x"}, {"max_tokens", 2}};
+  auto refused = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 503) << refused->body;
+  const json error = json::parse(refused->body)["error"];
+  EXPECT_EQ(error["code"], 503);
+  EXPECT_NE(error["message"].get<std::string>().find("--max-waiting-requests"), std::string::npos)
+      << error;
+  // A stream is refused the same way, before any byte of a stream.
+  json streamed = body;
+  streamed["stream"] = true;
+  auto refused_stream = c.Post("/v1/completions", streamed.dump(), "application/json");
+  ASSERT_TRUE(refused_stream);
+  EXPECT_EQ(refused_stream->status, 503) << refused_stream->body;
+
+  // Clients gone: their requests are aborted, and the queue has room again.
+  close(running);
+  close(waiting1);
+  close(waiting2);
+  int status = 0;
+  for (int i = 0; i < 100 && status != 200; ++i) {
+    auto r = c.Post("/v1/completions", body.dump(), "application/json");
+    status = r ? r->status : -1;
+    if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(server.Stop(), 0) << server.log();
+  fs::remove_all(dir);
+}
+
+TEST(LimitsTest, NegativeBoundIsAUsageError) {
+  const e2e::CommandResult r = e2e::RunMoeserve(
+      "serve --max-waiting-requests -1", fs::temp_directory_path() / "limits_usage.err");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--max-waiting-requests"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace moeserve
