@@ -20,6 +20,7 @@
 #include "server/api_error.h"
 #include "server/generation_job.h"
 #include "server/openai_json.h"
+#include "server/peer_watch.h"
 
 namespace moeserve::server {
 namespace {
@@ -293,11 +294,18 @@ struct HttpServer::Impl {
     }
 
     if (!job->request.stream) {
-      // No disconnect check here: httplib 0.11 cannot tell a closed connection before writing.
+      // httplib finds a closed connection only when it writes, which a non-streaming answer
+      // does once, at the end: the kernel's TCP table tells a client that hung up meanwhile.
       std::vector<Delta> deltas;
       while (!job->finished()) {
         if (Status s = job->Pull(kPollInterval * 4, &deltas); !s.ok()) {
           SendError(res, ToApiError(s));
+          return;
+        }
+        if (!job->finished() && PeerHungUp(req.local_port, req.remote_addr, req.remote_port)) {
+          LogInfo("server: {}: the client hung up before its answer (client gone): aborting",
+                  job->id);
+          job->loop->Abort(job->channel);
           return;
         }
       }

@@ -1,4 +1,5 @@
-// Limits that protect the server (issue #16): a bounded waiting queue. With --max-num-seqs 1
+// Limits that protect the server (issue #16): a bounded waiting queue, and a non-streaming
+// client that hangs up gets its request aborted. With --max-num-seqs 1
 // and --max-waiting-requests 2, one request runs, two wait, and the next is refused at once with
 // a 503 naming the limit; once they are gone requests are served again. Steps are slowed by a
 // modelled link (--tp 2 --comm-sim) so that the running request lasts while the others arrive.
@@ -15,6 +16,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
 #include "tests/run_binary.h"
 #include "tests/server_process.h"
@@ -112,6 +114,30 @@ TEST(LimitsTest, WaitingQueueIsBoundedWith503) {
     if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_EQ(status, 200);
+
+  // A non-streaming client that hangs up is noticed (within a poll) and its request aborted,
+  // long before its 200 tokens would be done.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(server.port()));
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string long_body =
+      json{{"prompt", "a b c"}, {"max_tokens", 200}, {"ignore_eos", true}}.dump();
+  const std::string request = fmt::format(
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: {}\r\n\r\n{}",
+      long_body.size(), long_body);
+  ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  close(fd);
+  bool aborted = false;
+  for (int i = 0; i < 50 && !aborted; ++i) {
+    aborted = server.log().find("hung up before its answer") != std::string::npos;
+    if (!aborted) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(aborted) << server.log();
   EXPECT_EQ(server.Stop(), 0) << server.log();
   fs::remove_all(dir);
 }
