@@ -1,10 +1,11 @@
 // moeserve serve: the OpenAI-compatible HTTP server (CLI.md, spec/serving.md §7). The port is
 // bound and /health answers (503) before the weights load, as vLLM's does; then the engine loop
-// starts and /health turns 200. SIGINT / SIGTERM stop accepting, abort what is in flight and
-// exit 0.
+// starts and /health turns 200. SIGINT / SIGTERM stop accepting (503), give what is in flight
+// --shutdown-timeout seconds to finish, abort the rest and exit 0.
 #include <pthread.h>
 #include <signal.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -38,6 +39,7 @@ struct Options {
   std::string chat_template;
   int64_t max_body_mib = 16;
   int64_t max_waiting_requests = 0;
+  int64_t shutdown_timeout = 0;
 };
 
 int Run(const Options& o) {
@@ -48,6 +50,9 @@ int Run(const Options& o) {
     return UsageError(kCommand, InvalidArgument("--port: must be in [0, 65535]"));
   }
   if (o.max_body_mib < 1) return UsageError(kCommand, InvalidArgument("--max-body-mib: >= 1"));
+  if (o.shutdown_timeout < 0 || o.shutdown_timeout > 86400) {
+    return UsageError(kCommand, InvalidArgument("--shutdown-timeout: must be in [0, 86400] s"));
+  }
   if (o.max_waiting_requests < 0) {
     return UsageError(kCommand, InvalidArgument("--max-waiting-requests: must not be negative"));
   }
@@ -140,6 +145,14 @@ int Run(const Options& o) {
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   LogInfo("serve: signal {}: shutting down", signal_number);
+  if (o.shutdown_timeout > 0) {
+    // New requests get a 503; those in flight have --shutdown-timeout seconds to finish.
+    loop.StopAccepting();
+    LogInfo("serve: waiting up to {} s for the requests in flight", o.shutdown_timeout);
+    if (!loop.WaitUntilIdle(std::chrono::seconds(o.shutdown_timeout))) {
+      LogInfo("serve: --shutdown-timeout passed: aborting what is left");
+    }
+  }
   // The loop first: it ends every request in flight, so their handlers return and the HTTP
   // server's stop can join them.
   loop.Stop();
@@ -164,6 +177,9 @@ int RunServe(const std::vector<std::string>& args) {
   flags.String("chat-template", &o.chat_template,
                "a Jinja chat template file instead of tokenizer_config.json's");
   flags.Int("max-body-mib", &o.max_body_mib, "larger request bodies are refused (413)");
+  flags.Int("shutdown-timeout", &o.shutdown_timeout,
+            "on SIGTERM / SIGINT, seconds the requests in flight have to finish (new ones get "
+            "503) before the rest are aborted (0: abort at once)");
   flags.Int("max-waiting-requests", &o.max_waiting_requests,
             "past this many waiting requests (each choice of n counts) new ones get a 503 "
             "(0: no bound)");

@@ -64,7 +64,7 @@ std::shared_ptr<Channel> EngineLoop::Submit(std::vector<ChoiceInput> choices,
   auto channel = std::make_shared<Channel>(choices.size());
   {
     std::lock_guard lock(mu_);
-    if (stop_ || !healthy_) {
+    if (stop_ || !accepting_ || !healthy_) {
       channel->Fail(Unavailable("the server is shutting down or its engine failed"));
       return channel;
     }
@@ -100,6 +100,23 @@ void EngineLoop::AbortChoice(const std::shared_ptr<Channel>& channel, size_t cho
   cv_.notify_one();
 }
 
+void EngineLoop::StopAccepting() {
+  std::lock_guard lock(mu_);
+  accepting_ = false;
+}
+
+bool EngineLoop::WaitUntilIdle(std::chrono::milliseconds timeout) {
+  const Clock::time_point until = Clock::now() + timeout;
+  for (;;) {
+    {
+      std::lock_guard lock(mu_);
+      if (submissions_.empty() && num_live_.load() == 0) return true;
+    }
+    if (Clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 void EngineLoop::Stop() {
   {
     std::lock_guard lock(mu_);
@@ -121,12 +138,14 @@ void EngineLoop::Run() {
       cv_.wait(lock, [&] { return busy || stop_ || !submissions_.empty() || !aborts_.empty(); });
       std::swap(submissions, submissions_);
       std::swap(aborts, aborts_);
+      num_live_ += queued_choices_;  // in flight from here on, for WaitUntilIdle
       queued_choices_ = 0;
       stop = stop_;
     }
     for (Submission& s : submissions) AddSubmission(s);
     for (const AbortOrder& a : aborts) ApplyAbort(a);
     if (!submissions.empty() || !aborts.empty()) SampleGauges();
+    num_live_ = static_cast<int64_t>(live_.size());
     if (stop) {
       // Graceful shutdown: every request in flight ends as aborted, its handler returns.
       std::vector<int64_t> ids;
@@ -165,6 +184,7 @@ void EngineLoop::Run() {
     for (const engine::Request* r : updated) ids.push_back(r->id);
     for (int64_t id : ids) Publish(id);
     SampleGauges();
+    num_live_ = static_cast<int64_t>(live_.size());
   }
 }
 
@@ -272,6 +292,7 @@ void EngineLoop::FailAll(const Status& status) {
   }
   live_.clear();
   ids_of_.clear();
+  num_live_ = 0;
   std::lock_guard lock(mu_);
   for (Submission& s : submissions_) s.channel->Fail(status);
   submissions_.clear();

@@ -93,6 +93,11 @@ class EngineLoop {
   void AbortChoice(const std::shared_ptr<Channel>& channel, size_t choice,
                    engine::FinishReason reason);
 
+  // Graceful shutdown, first half: later submissions fail at once (503), what is in flight goes
+  // on. Then WaitUntilIdle waits up to `timeout` for it to finish (true when it did).
+  void StopAccepting();
+  bool WaitUntilIdle(std::chrono::milliseconds timeout);
+
   // Aborts everything in flight and joins the thread; later submissions fail at once.
   void Stop();
 
@@ -146,6 +151,9 @@ class EngineLoop {
   std::atomic<int64_t> engine_waiting_{0};
   std::vector<AbortOrder> aborts_;
   bool stop_ = false;
+  bool accepting_ = true;
+  // Engine requests in flight (live_), as the loop last saw them (for WaitUntilIdle).
+  std::atomic<int64_t> num_live_{0};
 
   // Loop thread only.
   std::unordered_map<int64_t, Live> live_;                           // engine id -> its channel

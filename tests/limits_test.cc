@@ -142,6 +142,64 @@ TEST(LimitsTest, WaitingQueueIsBoundedWith503) {
   fs::remove_all(dir);
 }
 
+// SIGTERM with --shutdown-timeout: new requests get a 503 at once, the one in flight finishes
+// whole if it can within the timeout, else is aborted when it passes; either way exit 0.
+TEST(LimitsTest, ShutdownTimeoutLetsRequestsInFlightFinish) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("moeserve_shutdown_{}", getpid());
+  fs::create_directories(dir);
+  const std::string model = (dir / "model").string();
+  ASSERT_EQ(e2e::RunMoeserve(
+                fmt::format("make-model --arch qwen3_next --preset tiny --seed 3 --out {}", model),
+                dir / "make.err")
+                .exit_code,
+            0);
+  for (const auto& [timeout, max_tokens] : std::vector<std::pair<int, int>>{{30, 40}, {1, 240}}) {
+    SCOPED_TRACE(fmt::format("--shutdown-timeout {}, max_tokens {}", timeout, max_tokens));
+    e2e::ServerProcess server({"--model", model, "--max-model-len", "256", "--tp", "2",
+                               "--comm-sim", "500,1", "--shutdown-timeout",
+                               std::to_string(timeout)},
+                              dir / "serve.err");
+    ASSERT_TRUE(server.ok()) << server.log();
+    json answer;
+    int status = 0;
+    std::thread client([&] {
+      httplib::Client c("127.0.0.1", server.port());
+      c.set_read_timeout(60, 0);
+      auto r = c.Post("/v1/completions",
+                      json{{"prompt", "a b"}, {"max_tokens", max_tokens}, {"ignore_eos", true}}
+                          .dump(),
+                      "application/json");
+      status = r ? r->status : -1;
+      if (r && r->status == 200) answer = json::parse(r->body);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto start = std::chrono::steady_clock::now();
+    server.Signal(SIGTERM);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    httplib::Client late("127.0.0.1", server.port());
+    auto refused = late.Post("/v1/completions", json{{"prompt", "x"}, {"max_tokens", 1}}.dump(),
+                             "application/json");
+    if (refused) {  // (or the port is already closed)
+      EXPECT_EQ(refused->status, 503) << refused->body;
+    }
+    client.join();
+    EXPECT_EQ(server.Wait(), 0) << server.log();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_EQ(status, 200);
+    const json& choice = answer["choices"][0];
+    if (timeout == 30) {  // ~0.5 s of work: done whole
+      EXPECT_EQ(choice["finish_reason"], "length");
+      EXPECT_EQ(answer["usage"]["completion_tokens"], max_tokens);
+    } else {  // ~3 s of work, 1 s allowed: aborted at the timeout
+      EXPECT_EQ(choice["finish_reason"], "abort");
+      EXPECT_LT(answer["usage"]["completion_tokens"].get<int>(), max_tokens);
+      EXPECT_LT(seconds, 2.5);
+    }
+  }
+  fs::remove_all(dir);
+}
+
 TEST(LimitsTest, NegativeBoundIsAUsageError) {
   const e2e::CommandResult r = e2e::RunMoeserve(
       "serve --max-waiting-requests -1", fs::temp_directory_path() / "limits_usage.err");

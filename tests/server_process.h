@@ -78,6 +78,11 @@ class ServerProcess {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 
+  // Sends a signal (the process goes on being this object's).
+  void Signal(int sig) {
+    if (pid_ > 0) kill(pid_, sig);
+  }
+
   // Waits for the process to end by itself: its exit code (-1 as for Stop).
   int Wait() {
     if (pid_ <= 0) return -1;
