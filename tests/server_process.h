@@ -93,6 +93,7 @@ class ServerProcess {
   }
 
   bool ok() const { return ok_; }
+  pid_t pid() const { return pid_; }
   int port() const { return port_; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   std::string log() const { return ReadFile(log_); }
