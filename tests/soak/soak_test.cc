@@ -194,8 +194,17 @@ struct Tally {
   }
 };
 
+// Under AddressSanitizer the server is a Debug build ~20x slower and its freed memory sits in
+// quarantine (resident memory grows by design): a shorter run, without the memory check (LSan
+// checks leaks at exit).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
 TEST(SoakTest, ServerStaysCorrectAndFlatUnderLoad) {
-  const int64_t seconds = EnvInt("MOESERVE_SOAK_SECONDS", 60);
+  const int64_t seconds = EnvInt("MOESERVE_SOAK_SECONDS", kSanitized ? 30 : 60);
   const int64_t clients = EnvInt("MOESERVE_SOAK_CLIENTS", 64);
   const fs::path dir = fs::temp_directory_path() / fmt::format("moeserve_soak_{}", getpid());
   fs::create_directories(dir);
@@ -331,8 +340,11 @@ TEST(SoakTest, ServerStaysCorrectAndFlatUnderLoad) {
 
   // Memory: flat after warm-up.
   ASSERT_GT(rss_after_warmup.load(), 0);
-  EXPECT_LT(static_cast<double>(rss_end_of_load), 1.10 * static_cast<double>(rss_after_warmup))
-      << "resident memory grew from " << rss_after_warmup << " kB to " << rss_end_of_load << " kB";
+  if (!kSanitized) {
+    EXPECT_LT(static_cast<double>(rss_end_of_load), 1.10 * static_cast<double>(rss_after_warmup))
+        << "resident memory grew from " << rss_after_warmup << " kB to " << rss_end_of_load
+        << " kB";
+  }
 
   // /metrics against the clients: every choice a client saw finish was counted as stop or
   // length; every choice of a client gone ended as an abort or, had it finished before the
