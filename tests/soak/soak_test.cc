@@ -168,7 +168,8 @@ std::map<std::string, double> Metrics(int port) {
     std::string key = series.substr(0, series.find('{'));
     const size_t reason = series.find("finished_reason=\"");
     if (reason != std::string::npos) {
-      key += "{" + series.substr(reason, series.find('"', reason + 17) + 1 - reason) + "}";
+      const size_t value_end = series.find('"', reason + 17);  // its closing quote
+      key.append("{").append(series, reason, value_end + 1 - reason).append("}");
     }
     out[key] = std::atof(line.c_str() + space + 1);
   }
