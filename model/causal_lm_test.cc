@@ -17,9 +17,13 @@
 #include "io/safetensors.h"
 #include "model/arch/qwen3_next.h"
 #include "model/checkpoint_layout.h"
+#include "model/testing.h"
 
 namespace moeserve::model {
 namespace {
+
+using testing::Argmax;
+using testing::RowRelError;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -39,20 +43,6 @@ std::vector<float> ReadF32(const std::string& path) {
 json Golden() {
   std::ifstream in(kTinyDir + "/golden.json");
   return json::parse(in);
-}
-
-// max_i |a_i - b_i| / max_i |b_i| over one row (the goldens' definition).
-double RowRelError(const float* a, const float* b, int64_t n) {
-  double diff = 0, scale = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
-  }
-  return diff / scale;
-}
-
-int32_t Argmax(const float* x, int64_t n) {
-  return static_cast<int32_t>(std::max_element(x, x + n) - x);
 }
 
 // A single sequence with a shuffled block table, so paging is exercised.

@@ -2,6 +2,7 @@
 // Qwen3-Next: the group's forward equals one rank's, commands of every kind reach the followers,
 // and a group stops cleanly whenever it is destroyed. Runs under ThreadSanitizer in CI.
 #include "model/model_group.h"
+#include "model/testing.h"
 
 #include <gtest/gtest.h>
 
@@ -12,16 +13,10 @@
 namespace moeserve::model {
 namespace {
 
-const std::string kTinyDir = MOESERVE_SHARED_DIR "/testdata/tiny-qwen3next";
+using testing::Argmax;
+using testing::RowRelError;
 
-double RowRelError(const float* a, const float* b, int64_t n) {
-  double diff = 0, scale = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
-  }
-  return diff / scale;
-}
+const std::string kTinyDir = MOESERVE_SHARED_DIR "/testdata/tiny-qwen3next";
 
 // A prompt through the group: its logits [T, V], the greedy next token (argmax pairs), and the
 // MTP head's drafts over the prompt (argmax pairs).

@@ -17,9 +17,13 @@
 #include "model/causal_lm.h"
 #include "model/shard.h"
 #include "parallel/local_communicator.h"
+#include "model/testing.h"
 
 namespace moeserve::model {
 namespace {
+
+using testing::Argmax;
+using testing::RowRelError;
 
 namespace fs = std::filesystem;
 
@@ -42,19 +46,6 @@ const std::string& ModelDir(const std::string& arch) {
              .first;
   }
   return it->second;
-}
-
-double RowRelError(const float* a, const float* b, int64_t n) {
-  double diff = 0, scale = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
-  }
-  return diff / scale;
-}
-
-int32_t Argmax(const float* x, int64_t n) {
-  return static_cast<int32_t>(std::max_element(x, x + n) - x);
 }
 
 // What one run records on rank 0: the prompt's logits [T, V], then per decode step the logits

@@ -115,20 +115,8 @@ class LocalCommunicator final : public Communicator {
                  std::span<const int64_t> send_offsets, float* recv,
                  std::span<const int64_t> recv_counts,
                  std::span<const int64_t> recv_offsets) override {
-    const int size = group_.size_;
-    CHECK(static_cast<int>(send_counts.size()) == size && static_cast<int>(send_offsets.size()) == size &&
-          static_cast<int>(recv_counts.size()) == size && static_cast<int>(recv_offsets.size()) == size);
-    LocalGroup::Published& mine = Mine();
-    mine.in = send;
-    mine.counts = send_counts.data();
-    mine.offsets = send_offsets.data();
-    const std::vector<LocalGroup::Published>& all = Begin();
-    for (int s = 0; s < size; ++s) {
-      CHECK_EQ(all[s].counts[rank_], recv_counts[s])
-          << "rank " << s << " sends rank " << rank_ << " what it does not expect";
-      CopyFloats(recv + recv_offsets[s], all[s].in + all[s].offsets[rank_], recv_counts[s]);
-    }
-    group_.Wait(sense_);
+    StartAllToAllV(send, send_counts, send_offsets, recv, recv_counts, recv_offsets);
+    FinishAllToAllV();  // every part copied, then barrier B
   }
 
   void StartAllToAllV(const float* send, std::span<const int64_t> send_counts,

@@ -64,15 +64,20 @@ int OpenStream(int port, int max_tokens, bool first_token = false) {
   return fd;
 }
 
-TEST(LimitsTest, WaitingQueueIsBoundedWith503) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("moeserve_limits_{}", getpid());
+// make-model's tiny Qwen3-Next in dir/model; its path, or "" when make-model failed.
+std::string MakeTinyModel(const fs::path& dir) {
   fs::create_directories(dir);
   const std::string model = (dir / "model").string();
-  ASSERT_EQ(e2e::RunMoeserve(
-                fmt::format("make-model --arch qwen3_next --preset tiny --seed 3 --out {}", model),
-                dir / "make.err")
-                .exit_code,
-            0);
+  const e2e::CommandResult made = e2e::RunMoeserve(
+      fmt::format("make-model --arch qwen3_next --preset tiny --seed 3 --out {}", model),
+      dir / "make.err");
+  return made.exit_code == 0 ? model : "";
+}
+
+TEST(LimitsTest, WaitingQueueIsBoundedWith503) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("moeserve_limits_{}", getpid());
+  const std::string model = MakeTinyModel(dir);
+  ASSERT_FALSE(model.empty());
   e2e::ServerProcess server({"--model", model, "--max-model-len", "256", "--max-num-seqs", "1",
                              "--max-waiting-requests", "2", "--tp", "2", "--comm-sim", "500,1"},
                             dir / "serve.err");
@@ -146,13 +151,8 @@ TEST(LimitsTest, WaitingQueueIsBoundedWith503) {
 // whole if it can within the timeout, else is aborted when it passes; either way exit 0.
 TEST(LimitsTest, ShutdownTimeoutLetsRequestsInFlightFinish) {
   const fs::path dir = fs::temp_directory_path() / fmt::format("moeserve_shutdown_{}", getpid());
-  fs::create_directories(dir);
-  const std::string model = (dir / "model").string();
-  ASSERT_EQ(e2e::RunMoeserve(
-                fmt::format("make-model --arch qwen3_next --preset tiny --seed 3 --out {}", model),
-                dir / "make.err")
-                .exit_code,
-            0);
+  const std::string model = MakeTinyModel(dir);
+  ASSERT_FALSE(model.empty());
   for (const auto& [timeout, max_tokens] : std::vector<std::pair<int, int>>{{30, 40}, {1, 240}}) {
     SCOPED_TRACE(fmt::format("--shutdown-timeout {}, max_tokens {}", timeout, max_tokens));
     e2e::ServerProcess server({"--model", model, "--max-model-len", "256", "--tp", "2",
