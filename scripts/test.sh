@@ -22,8 +22,8 @@ fi
 # communicators (parallel/). Only those targets are built.
 if [ "${MOESERVE_SKIP_TSAN:-0}" != 1 ]; then
   cmake --preset tsan
-  cmake --build --preset tsan -j "$jobs" --target core_test parallel_test model_group_test
-  ctest --preset tsan -j "$jobs" -R '(ThreadPool|LocalCommunicator|SingleRankCommunicator|LinkModel|ModelGroup)Test'
+  cmake --build --preset tsan -j "$jobs" --target core_test parallel_test model_group_test server_unit_test
+  ctest --preset tsan -j "$jobs" -R '(ThreadPool|LocalCommunicator|SingleRankCommunicator|LinkModel|ModelGroup|EngineLoop)Test'
 fi
 
 if [ "${MOESERVE_SKIP_ASAN:-0}" != 1 ]; then
