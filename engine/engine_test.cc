@@ -727,7 +727,11 @@ TEST(EngineParallelTest, RanksMatchOneRankAndAreBatchInvariant) {
     bool ep;
     int64_t mc2_max_tokens;
   };
-  for (const Layout& l : std::vector<Layout>{{2, false, 0}, {2, true, 0}, {4, true, 0}, {2, true, 16}}) {
+  // Under ASan one layout covers the paths (plain TP's are the MoE's all-gather ones).
+  const std::vector<Layout> layouts =
+      kSanitized ? std::vector<Layout>{{2, true, 16}}
+                 : std::vector<Layout>{{2, false, 0}, {2, true, 0}, {4, true, 0}, {2, true, 16}};
+  for (const Layout& l : layouts) {
     const int tp = l.tp;
     const std::string layout =
         fmt::format("--tp {}{} --mc2-max-tokens {}", tp, l.ep ? " --ep" : "", l.mc2_max_tokens);
