@@ -31,15 +31,8 @@ using nlohmann::json;
 // (the server has queued it by then) -- or, with first_token, once its first token has. Returns
 // the socket, or -1.
 int OpenStream(int port, int max_tokens, bool first_token = false) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
+  const int fd = e2e::ConnectLoopback(port);
+  if (fd < 0) return -1;
   const std::string body = json{{"prompt", "a b c"},
                                 {"max_tokens", max_tokens},
                                 {"ignore_eos", true},
@@ -122,12 +115,8 @@ TEST(LimitsTest, WaitingQueueIsBoundedWith503) {
 
   // A non-streaming client that hangs up is noticed (within a poll) and its request aborted,
   // long before its 200 tokens would be done.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(server.port()));
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const int fd = e2e::ConnectLoopback(server.port());
+  ASSERT_GE(fd, 0);
   const std::string long_body =
       json{{"prompt", "a b c"}, {"max_tokens", 200}, {"ignore_eos", true}}.dump();
   const std::string request = fmt::format(
@@ -201,11 +190,15 @@ TEST(LimitsTest, ShutdownTimeoutLetsRequestsInFlightFinish) {
   fs::remove_all(dir);
 }
 
-TEST(LimitsTest, NegativeBoundIsAUsageError) {
-  const e2e::CommandResult r = e2e::RunMoeserve(
-      "serve --max-waiting-requests -1", fs::temp_directory_path() / "limits_usage.err");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("--max-waiting-requests"), std::string::npos) << r.err;
+TEST(LimitsTest, BadBoundsAreUsageErrors) {
+  for (const std::string flag :
+       {"--max-waiting-requests -1", "--shutdown-timeout -1", "--shutdown-timeout 99999999",
+        "--mc2-max-tokens -5", "--tp 0", "--tp 99999"}) {
+    const e2e::CommandResult r =
+        e2e::RunMoeserve("serve " + flag, fs::temp_directory_path() / "limits_usage.err");
+    EXPECT_EQ(r.exit_code, 2) << flag;
+    EXPECT_NE(r.err.find(flag.substr(0, flag.find(' '))), std::string::npos) << flag << ": " << r.err;
+  }
 }
 
 }  // namespace

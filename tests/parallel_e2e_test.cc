@@ -59,16 +59,8 @@ class ParallelE2eTest : public ::testing::Test {
   }
   // `moeserve <args>` under `mpirun -np N`.
   static e2e::CommandResult RunMpi(int np, const std::string& args) {
-    const std::string cmd = fmt::format("{} -np {} {} {} 2>{}", kMpirun, np, MOESERVE_BINARY, args,
-                                        (*dir_ / "mpi_err.txt").string());
-    FILE* pipe = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
-    const int status = pclose(pipe);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out,
-            e2e::ReadFile(*dir_ / "mpi_err.txt")};
+    return e2e::RunShell(fmt::format("{} -np {} {} {}", kMpirun, np, MOESERVE_BINARY, args),
+                         *dir_ / "mpi_err.txt");
   }
   static std::vector<float> ReadF32(const fs::path& path) {
     const std::string bytes = e2e::ReadFile(path);

@@ -28,9 +28,9 @@ inline void WriteFile(const std::filesystem::path& path, const std::string& text
   std::ofstream(path, std::ios::binary) << text;
 }
 
-// Runs `moeserve <args>` through the shell (args as written); stderr goes through err_file.
-inline CommandResult RunMoeserve(const std::string& args, const std::filesystem::path& err_file) {
-  const std::string cmd = std::string(MOESERVE_BINARY) + " " + args + " 2>" + err_file.string();
+// Runs a shell command line (as written); stderr goes through err_file.
+inline CommandResult RunShell(const std::string& command, const std::filesystem::path& err_file) {
+  const std::string cmd = command + " 2>" + err_file.string();
   FILE* pipe = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -38,6 +38,11 @@ inline CommandResult RunMoeserve(const std::string& args, const std::filesystem:
   while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
   const int status = pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, ReadFile(err_file)};
+}
+
+// Runs `moeserve <args>` through the shell (args as written); stderr goes through err_file.
+inline CommandResult RunMoeserve(const std::string& args, const std::filesystem::path& err_file) {
+  return RunShell(std::string(MOESERVE_BINARY) + " " + args, err_file);
 }
 
 }  // namespace moeserve::e2e

@@ -34,6 +34,20 @@ inline int FreePort() {
   return ntohs(addr.sin_port);
 }
 
+// A TCP socket connected to 127.0.0.1:port, or -1.
+inline int ConnectLoopback(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 class ServerProcess {
  public:
   // Starts `moeserve serve --port P <args>` with stderr in `log`, through `launcher` when given

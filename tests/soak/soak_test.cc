@@ -54,17 +54,10 @@ struct HttpResult {
 HttpResult Http(int port, const std::string& method, const std::string& path,
                 const std::string& body, int hang_up_after_ms = -1) {
   HttpResult result;
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = e2e::ConnectLoopback(port);
+  if (fd < 0) return result;
   timeval timeout{120, 0};  // a hung request fails the test instead of hanging it
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return result;
-  }
   const std::string request = fmt::format(
       "{} {} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
       "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
