@@ -22,6 +22,7 @@
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/model_flags.h"
+#include "cli/prompts_file.h"
 #include "cli/sampling_flags.h"
 #include "core/check.h"
 #include "core/json.h"
@@ -116,134 +117,6 @@ Result<engine::SamplingParams> SamplingDefaults(const Options& o, const FlagSet&
     CHECK(known) << key;
   }
   return p;
-}
-
-// What parsing a request needs besides its text.
-struct ParseContext {
-  const tokenizer::Tokenizer* tok;  // null when the model folder has none
-  Status tok_status;                // why there is none
-  int64_t vocab_size;
-};
-
-// What a request's parameters need of the tokenizer -- stop strings are matched on the
-// detokenized text, bad words are tokenized here -- then vLLM's checks (InvalidArgument naming
-// the parameter; they include the bad words' token ids).
-Status PrepareParams(const ParseContext& ctx, engine::SamplingParams& p) {
-  const char* needs = !p.stop.empty() ? "stop" : !p.bad_words.empty() ? "bad_words" : nullptr;
-  if (needs != nullptr) {
-    // As for a text prompt, a folder without a (readable) tokenizer is a runtime failure.
-    if (ctx.tok == nullptr) {
-      return NotFound("{} needs the model's tokenizer: {}", needs, ctx.tok_status.message());
-    }
-    RETURN_IF_ERROR(engine::ResolveBadWords(p, *ctx.tok));
-  }
-  return p.Validate(ctx.vocab_size);
-}
-
-// ---- Requests ----
-
-// One request of the run, as parsed: where it came from, its prompt and how it samples. It
-// becomes params.n engine requests, its choices.
-struct RequestSpec {
-  int64_t index = 0;   // 0-based line number in --prompts-file; 0 for a single prompt
-  std::string origin;  // for messages: "--prompt", "--token-ids", "FILE:LINE" (1-based)
-  std::vector<int32_t> prompt;
-  engine::SamplingParams params;  // validated, bad words resolved
-};
-
-Result<std::vector<int32_t>> EncodePrompt(const ParseContext& ctx, const std::string& text) {
-  // A folder without a (readable) tokenizer is a runtime failure, whatever the loader said.
-  if (ctx.tok == nullptr) {
-    return NotFound("a text prompt needs the model's tokenizer: {}", ctx.tok_status.message());
-  }
-  ASSIGN_OR_RETURN(std::vector<int32_t> ids, ctx.tok->Encode(text));
-  if (ids.empty()) return InvalidArgument("the prompt is empty");
-  for (int32_t id : ids) {
-    // The folder's tokenizer and weights disagree: not the user's input.
-    if (id >= ctx.vocab_size) {
-      return OutOfRange("the tokenizer gives id {}, outside the model's vocabulary of {}", id,
-                        ctx.vocab_size);
-    }
-  }
-  return ids;
-}
-
-// The "token_ids" of a line: a non-empty array of ids in [0, vocab_size).
-Result<std::vector<int32_t>> PromptTokenIds(const json& v, int64_t vocab_size) {
-  if (!v.is_array()) return InvalidArgument("\"token_ids\" must be an array of token ids");
-  if (v.empty()) return InvalidArgument("\"token_ids\" is empty");
-  std::vector<int32_t> ids;
-  for (const json& id : v) {
-    if (!id.is_number_integer()) {
-      return InvalidArgument("\"token_ids\": {} is not an integer", id.dump());
-    }
-    const int64_t value = id.get<int64_t>();
-    if (value < 0 || value >= vocab_size) {
-      return InvalidArgument("\"token_ids\": {} is outside the vocabulary [0, {})", value,
-                             vocab_size);
-    }
-    ids.push_back(static_cast<int32_t>(value));
-  }
-  return ids;
-}
-
-// One --prompts-file line: {"prompt": TEXT} or {"token_ids": [...]} plus any of vLLM's sampling
-// parameters. A null value means "not given". `spec.params` holds the defaults on entry.
-Status ParseRequestLine(const json& line, const ParseContext& ctx, RequestSpec& spec) {
-  if (!line.is_object()) return InvalidArgument("expected a JSON object");
-  std::optional<std::string> text;
-  std::optional<std::vector<int32_t>> ids;
-  for (const auto& [key, value] : line.items()) {
-    bool sampling_key = false;
-    RETURN_IF_ERROR(ApplySamplingKey(key, value, spec.params, &sampling_key));
-    if (sampling_key) continue;
-    if (key != "prompt" && key != "token_ids") {
-      return InvalidArgument(
-          "unknown key \"{}\" (a line has \"prompt\" or \"token_ids\" and vLLM's sampling "
-          "parameters: {})",
-          key, fmt::join(SamplingKeys(), ", "));
-    }
-    if (value.is_null()) continue;
-    if (key == "token_ids") {
-      ASSIGN_OR_RETURN(ids, PromptTokenIds(value, ctx.vocab_size));
-    } else if (value.is_string()) {
-      text = value.get<std::string>();
-    } else {
-      return InvalidArgument("\"prompt\" must be a string");
-    }
-  }
-  if (text.has_value() == ids.has_value()) {
-    return InvalidArgument("give exactly one of \"prompt\" and \"token_ids\"");
-  }
-  RETURN_IF_ERROR(PrepareParams(ctx, spec.params));
-  if (!text) {
-    spec.prompt = std::move(*ids);
-    return OkStatus();
-  }
-  Result<std::vector<int32_t>> encoded = EncodePrompt(ctx, *text);
-  if (!encoded.ok()) return encoded.status().WithContext("\"prompt\"");
-  spec.prompt = std::move(*encoded);
-  return OkStatus();
-}
-
-// The requests of --prompts-file: one per non-blank line, in file order.
-Result<std::vector<RequestSpec>> ReadPromptsFile(const std::string& path, const ParseContext& ctx,
-                                                 const engine::SamplingParams& defaults) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return IoError("--prompts-file: cannot open {}", path);
-  std::vector<RequestSpec> specs;
-  std::string line;
-  for (int64_t number = 1; std::getline(in, line); ++number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    RequestSpec spec{number - 1, fmt::format("{}:{}", path, number), {}, defaults};
-    Result<json> parsed = ParseJson(line, "the line");
-    Status s = parsed.ok() ? ParseRequestLine(*parsed, ctx, spec) : parsed.status();
-    if (!s.ok()) return s.WithContext(spec.origin);
-    specs.push_back(std::move(spec));
-  }
-  if (in.bad()) return IoError("reading {} failed", path);
-  if (specs.empty()) return InvalidArgument("--prompts-file: {} has no requests", path);
-  return specs;
 }
 
 // The one request of --prompt / --token-ids, sampled as the flags say.

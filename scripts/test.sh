@@ -18,12 +18,13 @@ if [ "${MOESERVE_SKIP_FUZZ:-0}" != 1 ]; then
   ctest --preset fuzz -j "$jobs"
 fi
 
-# ThreadSanitizer over the tests of code that runs on several threads: the thread pool and the
-# communicators (parallel/). Only those targets are built.
+# ThreadSanitizer over the tests of code that runs on several threads: the thread pool, the
+# communicators and rank groups, the engine loop and the HTTP server with clients on threads.
+# Only those targets are built.
 if [ "${MOESERVE_SKIP_TSAN:-0}" != 1 ]; then
   cmake --preset tsan
   cmake --build --preset tsan -j "$jobs" --target core_test parallel_test model_group_test server_unit_test
-  ctest --preset tsan -j "$jobs" -R '(ThreadPool|LocalCommunicator|SingleRankCommunicator|LinkModel|ModelGroup|EngineLoop)Test'
+  ctest --preset tsan -j "$jobs" -R '(ThreadPool|LocalCommunicator|SingleRankCommunicator|LinkModel|ModelGroup|EngineLoop|HttpServerThreads)Test'
 fi
 
 if [ "${MOESERVE_SKIP_ASAN:-0}" != 1 ]; then

@@ -21,6 +21,7 @@
 #include "server/generation_job.h"
 #include "server/openai_json.h"
 #include "server/peer_watch.h"
+#include "server/request_check.h"
 
 namespace moeserve::server {
 namespace {
@@ -84,13 +85,53 @@ class ThreadPerConnection final : public httplib::TaskQueue {
   std::deque<std::function<void()>> waiting_;
 };
 
+// httplib's server with its per-connection request processing reachable: ServeBytes hands it a
+// connection held in memory.
+class RoutingServer final : public httplib::Server {
+ public:
+  using httplib::Server::process_request;
+};
+
+// One connection's bytes in memory: reads come from `in`, writes go to *out.
+class MemoryStream final : public httplib::Stream {
+ public:
+  MemoryStream(std::string_view in, std::string* out) : in_(in), out_(out) {}
+
+  bool is_readable() const override { return position_ < in_.size(); }
+  bool is_writable() const override { return true; }
+  ssize_t read(char* ptr, size_t size) override {
+    size = std::min(size, in_.size() - position_);
+    std::copy_n(in_.data() + position_, size, ptr);
+    position_ += size;
+    return static_cast<ssize_t>(size);
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    out_->append(ptr, size);
+    return static_cast<ssize_t>(size);
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    ip = "127.0.0.1";
+    port = 0;  // no TCP connection: the hang-up check finds none and never aborts
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    ip = "127.0.0.1";
+    port = 0;
+  }
+  socket_t socket() const override { return INVALID_SOCKET; }
+
+ private:
+  std::string_view in_;
+  size_t position_ = 0;
+  std::string* out_;
+};
+
 }  // namespace
 
 struct HttpServer::Impl {
   ServerOptions options;
   const tokenizer::Tokenizer& tok;
   std::optional<tokenizer::ChatTemplate> chat_template;
-  httplib::Server http;
+  RoutingServer http;
   std::atomic<EngineLoop*> loop{nullptr};
   const int64_t created = std::time(nullptr);
 
@@ -121,153 +162,42 @@ struct HttpServer::Impl {
     return false;
   }
 
+  // What the request checks need, as of now (max_model_len is the engine's).
+  RequestContext Context() const {
+    return {.tok = tok,
+            .chat_template = chat_template ? &*chat_template : nullptr,
+            .served_model_name = options.served_model_name,
+            .vocab_size = options.vocab_size,
+            .max_model_len = max_model_len(),
+            .default_params = options.default_params,
+            .extra_eos_ids = options.extra_eos_ids,
+            .max_tokens_cap = options.max_tokens_cap};
+  }
+
   // The body as a JSON object, or a 400 sent.
   std::optional<json> Body(const httplib::Request& req, httplib::Response& res) const {
-    Result<json> body = ParseJson(req.body, "the request body");
+    Result<json> body = ParseRequestBody(req.body);
     if (!body.ok()) {
       SendError(res, {400, body.status().message(), ""});
       return std::nullopt;
     }
-    if (!body->is_object()) {
-      SendError(res, {400, "the request body must be a JSON object", ""});
-      return std::nullopt;
-    }
     return std::move(*body);
-  }
-
-  Status CheckModel(const std::string& model) const {
-    if (model.empty() || model == options.served_model_name) return OkStatus();
-    return NotFound("The model `{}` does not exist.", model);
-  }
-
-  Result<std::string> RenderChat(const std::string& messages_json, const std::string& tools_json,
-                                 bool add_generation_prompt, const std::string& kwargs_json) const {
-    if (!chat_template) {
-      return InvalidArgument(
-          "messages: the model has no chat template (tokenizer_config.json "
-          "has none; pass --chat-template)");
-    }
-    Result<std::string> text =
-        chat_template->Render({messages_json, tools_json, add_generation_prompt, kwargs_json});
-    // A template's error (raise_exception included) is the request's fault, as vLLM's 400.
-    if (!text.ok()) return InvalidArgument("messages: {}", text.status().message());
-    return text;
-  }
-
-  // Token ids of a prompt, each checked against the model's vocabulary.
-  Result<std::vector<int32_t>> Encode(const std::string& text, bool add_special_tokens) const {
-    Result<std::vector<int32_t>> ids = tok.Encode(text, add_special_tokens);
-    if (!ids.ok()) return InvalidArgument("prompt: {}", ids.status().message());
-    for (int32_t id : *ids) {
-      if (id >= options.vocab_size) {
-        return Internal("the tokenizer gives id {}, outside the model's vocabulary of {}", id,
-                        options.vocab_size);
-      }
-    }
-    return ids;
-  }
-
-  // Checks a prompt's ids against the vocabulary and vLLM's context-length limits.
-  std::optional<ApiError> CheckPrompt(const std::vector<int32_t>& prompt,
-                                      const engine::SamplingParams& params) const {
-    if (prompt.empty()) return ApiError{400, "the prompt is empty", "prompt"};
-    for (int32_t id : prompt) {
-      if (id >= options.vocab_size) {
-        return ApiError{400,
-                        fmt::format("prompt: token id {} is outside the vocabulary [0, {})", id,
-                                    options.vocab_size),
-                        "prompt"};
-      }
-    }
-    // vLLM's messages.
-    const int64_t len = static_cast<int64_t>(prompt.size());
-    const int64_t max_len = max_model_len();
-    if (len >= max_len) {
-      return ApiError{400,
-                      fmt::format("This model's maximum context length is {} tokens. However, "
-                                  "your request has {} input tokens. Please reduce the length of "
-                                  "the input messages.",
-                                  max_len, len),
-                      "input_tokens"};
-    }
-    if (len + params.max_tokens > max_len) {
-      return ApiError{400,
-                      fmt::format("'max_tokens' is too large: {}. This model's maximum context "
-                                  "length is {} tokens and your request has {} input tokens ({} > "
-                                  "{} - {}).",
-                                  params.max_tokens, max_len, len, params.max_tokens, max_len, len),
-                      "max_tokens"};
-    }
-    return std::nullopt;
-  }
-
-  // The request, its prompts' ids and (for echo) texts, or the error to send.
-  std::optional<ApiError> Prepare(const json& body, Endpoint endpoint, GenerationRequest* r,
-                                  std::vector<std::vector<int32_t>>* prompts,
-                                  std::vector<std::string>* prompt_texts) const {
-    Result<GenerationRequest> parsed =
-        ParseGenerationRequest(body, endpoint, options.default_params);
-    if (!parsed.ok()) return ToApiError(parsed.status());
-    *r = std::move(*parsed);
-    if (Status s = CheckModel(r->model); !s.ok()) return ToApiError(s);
-    if (endpoint == Endpoint::kChat) {
-      Result<std::string> text = RenderChat(r->messages_json, r->tools_json,
-                                            r->add_generation_prompt, r->chat_template_kwargs_json);
-      if (!text.ok()) return ToApiError(text.status());
-      r->prompts.push_back({.text = std::move(*text), .ids = {}});
-    }
-    for (GenerationRequest::Prompt& p : r->prompts) {
-      if (p.text) {
-        Result<std::vector<int32_t>> ids = Encode(*p.text, r->add_special_tokens);
-        if (!ids.ok()) return ToApiError(ids.status());
-        prompts->push_back(std::move(*ids));
-        prompt_texts->push_back(std::move(*p.text));
-      } else {
-        prompts->push_back(std::move(p.ids));
-        prompt_texts->push_back(r->echo ? tok.Decode(prompts->back()) : "");
-      }
-    }
-    // Chat's default max_tokens: what is left of the context (one prompt).
-    if (endpoint == Endpoint::kChat && !r->max_tokens_given) {
-      r->params.max_tokens = max_model_len() - static_cast<int64_t>(prompts->front().size());
-    }
-    for (const std::vector<int32_t>& prompt : *prompts) {
-      if (std::optional<ApiError> e = CheckPrompt(prompt, r->params)) return e;
-    }
-    if (options.max_tokens_cap) {
-      r->params.max_tokens = std::min(r->params.max_tokens, *options.max_tokens_cap);
-    }
-    if (!r->params.ignore_eos) {
-      for (int32_t id : options.extra_eos_ids) {
-        if (!std::count(r->params.stop_token_ids.begin(), r->params.stop_token_ids.end(), id)) {
-          r->params.stop_token_ids.push_back(id);
-        }
-      }
-    }
-    for (const std::string& s : r->params.stop) {
-      if (s.empty()) return ApiError{400, "stop: empty stop strings are not allowed", "stop"};
-    }
-    if (!r->params.bad_words.empty()) {
-      if (Status s = engine::ResolveBadWords(r->params, tok); !s.ok()) return ToApiError(s);
-    }
-    if (Status s = r->params.Validate(options.vocab_size); !s.ok()) return ToApiError(s);
-    return std::nullopt;
   }
 
   void HandleGeneration(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
     if (!Authorized(req, res)) return;
     std::optional<json> body = Body(req, res);
     if (!body) return;
-    GenerationRequest r;
-    std::vector<std::vector<int32_t>> prompts;
-    std::vector<std::string> prompt_texts;
     // The engine's max_model_len is needed for the checks: wait for it.
     EngineLoop* l = ReadyLoop(res);
     if (l == nullptr) return;
-    if (std::optional<ApiError> e = Prepare(*body, endpoint, &r, &prompts, &prompt_texts)) {
+    CheckedRequest checked;
+    if (std::optional<ApiError> e = CheckGenerationRequest(Context(), *body, endpoint, &checked)) {
       SendError(res, *e);
       return;
     }
+    GenerationRequest& r = checked.request;
+    std::vector<std::vector<int32_t>>& prompts = checked.prompts;
     auto job = std::make_shared<GenerationJob>();
     job->endpoint = endpoint;
     job->id = NewRequestId(endpoint);
@@ -286,7 +216,7 @@ struct HttpServer::Impl {
     }
     job->request = std::move(r);
     job->prompts = std::move(prompts);
-    job->prompt_texts = std::move(prompt_texts);
+    job->prompt_texts = std::move(checked.prompt_texts);
     job->channel = l->Submit(std::move(inputs), options.max_waiting_requests);
     if (Status refused = job->channel->error(); !refused.ok()) {  // before any byte is sent
       SendError(res, ToApiError(refused));
@@ -343,7 +273,7 @@ struct HttpServer::Impl {
     const auto fail = [&](const Status& s) { SendError(res, ToApiError(s)); };
     if (b.contains("model") && !b["model"].is_null()) {
       if (!b["model"].is_string()) return fail(InvalidArgument("\"model\" must be a string"));
-      if (Status s = CheckModel(b["model"].get<std::string>()); !s.ok()) return fail(s);
+      if (Status s = CheckModel(Context(), b["model"].get<std::string>()); !s.ok()) return fail(s);
     }
     const bool chat = b.contains("messages");
     bool add_special_tokens = !chat;
@@ -364,7 +294,7 @@ struct HttpServer::Impl {
       }
       const std::string tools = b.contains("tools") ? b["tools"].dump() : "null";
       Result<std::string> rendered =
-          RenderChat(b["messages"].dump(), tools, add_generation_prompt, "{}");
+          RenderChat(Context(), {b["messages"].dump(), tools, add_generation_prompt, "{}"});
       if (!rendered.ok()) return fail(rendered.status());
       text = std::move(*rendered);
     } else {
@@ -497,5 +427,17 @@ void HttpServer::Listen() { impl_->http.listen_after_bind(); }
 void HttpServer::SetEngine(EngineLoop* loop) { impl_->loop.store(loop); }
 
 void HttpServer::Stop() { impl_->http.stop(); }
+
+std::string HttpServer::ServeBytes(std::string_view bytes) {
+  std::string out;
+  MemoryStream stream(bytes, &out);
+  // Requests one after another as on a keep-alive connection, up to httplib's own bound.
+  bool closed = false;
+  for (int count = CPPHTTPLIB_KEEPALIVE_MAX_COUNT; count > 0 && !closed && stream.is_readable();
+       --count) {
+    if (!impl_->http.process_request(stream, count == 1, closed, [](httplib::Request&) {})) break;
+  }
+  return out;
+}
 
 }  // namespace moeserve::server

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
 #include "engine/sampling_params.h"
@@ -53,6 +54,11 @@ class HttpServer {
   void SetEngine(EngineLoop* loop);
   // Stops accepting, waits for the handlers in flight (stop the loop first so they end).
   void Stop();
+
+  // Serves the raw bytes of one connection (one request or several, keep-alive) without a
+  // socket, through the same parsing, routing and handlers, and returns the bytes the server
+  // writes back. The HTTP fuzz target's way in; Bind and Listen are not needed.
+  std::string ServeBytes(std::string_view bytes);
 
   struct Impl;
 
