@@ -19,7 +19,14 @@ void EngineFlags::Register(FlagSet& flags) {
                "most 4)");
   flags.Int("block-size", &config.block_size, "token positions per KV cache block");
   flags.Bool("no-enable-prefix-caching", &no_enable_prefix_caching,
-             "do not reuse the KV blocks of common prompt prefixes (hybrid models never do)");
+             "do not reuse the KV blocks (and, for hybrid models, GDN state checkpoints) of "
+             "common prompt prefixes");
+  flags.Double("state-cache-memory", &config.state_cache_memory_gib,
+               "hybrid models' prefix caching: GiB of GDN state checkpoints (0: an eighth of the "
+               "memory available, at most 2)");
+  flags.Int("state-checkpoint-interval", &config.state_checkpoint_interval,
+            "hybrid models' prefix caching: a GDN state checkpoint every this many prompt "
+            "tokens, besides the ends of prompts and outputs (a multiple of 64; 0: only those)");
   flags.Int("long-prefill-token-threshold", &config.long_prefill_token_threshold,
             "tokens of a prefill chunk, at most (0: no cap beyond --max-num-batched-tokens)");
   flags.String("spec", &spec,
@@ -42,6 +49,13 @@ Status EngineFlags::Validate() const {
     return InvalidArgument("--kv-cache-memory: must not be negative");
   }
   if (config.block_size < 1) return InvalidArgument("--block-size: must be >= 1");
+  if (!(config.state_cache_memory_gib >= 0 && config.state_cache_memory_gib <= 1 << 20)) {
+    return InvalidArgument("--state-cache-memory: must be in [0, 1048576] GiB");
+  }
+  if (config.state_checkpoint_interval < 0 || config.state_checkpoint_interval % 64 != 0 ||
+      config.state_checkpoint_interval > (int64_t{1} << 40)) {
+    return InvalidArgument("--state-checkpoint-interval: must be a non-negative multiple of 64");
+  }
   if (config.long_prefill_token_threshold < 0) {
     return InvalidArgument("--long-prefill-token-threshold: must not be negative");
   }
@@ -73,7 +87,17 @@ Result<std::unique_ptr<engine::Engine>> CreateEngine(model::ModelGroup& group,
       "engine: max_model_len {}, {} KV blocks of {} tokens ({} bytes, {:.1f} MiB), {} GDN "
       "state slots ({:.1f} MiB), prefix caching {}, speculative decoding {}",
       l.max_model_len, l.num_blocks, l.block_size, l.kv_bytes, l.kv_bytes / 1048576.0,
-      l.num_state_slots, l.state_bytes / 1048576.0, l.prefix_caching ? "on" : "off",
+      l.num_state_slots, l.num_state_slots * l.state_slot_bytes / 1048576.0,
+      !l.prefix_caching          ? std::string("off")
+      : l.state_slot_bytes == 0 ? std::string("on")
+                                : fmt::format("on: {} GDN state checkpoints of {:.2f} MiB "
+                                              "({:.1f} MiB; {:.1f} KiB of KV per cached token), "
+                                              "every {} prompt tokens and at prompt and "
+                                              "output ends",
+                                              l.num_checkpoints, l.state_slot_bytes / 1048576.0,
+                                              l.num_checkpoints * l.state_slot_bytes / 1048576.0,
+                                              l.kv_bytes / 1024.0 / (l.num_blocks * l.block_size),
+                                              l.checkpoint_interval),
       !l.spec.enabled()                 ? std::string("off")
       : l.spec.disable_batch_size == 0 ? engine::SpecName(l.spec)
                                        : fmt::format("{} (paused above {} requests)",

@@ -1,6 +1,9 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <fstream>
+#include <numeric>
+#include <string>
 
 #include "kernels/gated_delta_rule.h"
 
@@ -12,6 +15,28 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kDefaultKvCacheGiB = 4.0;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Bytes of one GDN state slot over every GDN layer: conv window and S, f32.
+int64_t StateBytesPerSlot(const io::ModelConfig& c) {
+  int64_t gdn_layers = 0;
+  for (io::LayerType type : c.layer_types) gdn_layers += type == io::LayerType::kLinearAttention;
+  const int64_t floats =
+      (c.linear_conv_kernel_dim - 1) * c.linear_conv_dim() +
+      c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim;
+  return gdn_layers * floats * static_cast<int64_t>(sizeof(float));
+}
+
+// /proc/meminfo's MemAvailable in bytes (0 when unknown).
+int64_t AvailableMemoryBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
 
 // Bytes one KV block takes over every full-attention layer (MTP layers included): K and V, f32.
 int64_t KvBytesPerBlock(const io::ModelConfig& c, int64_t block_size) {
@@ -61,7 +86,7 @@ Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig&
                            "alignment of this hybrid model",
                            e.long_prefill_token_threshold, l.prefill_alignment);
   }
-  l.prefix_caching = e.enable_prefix_caching && !c.is_hybrid();
+  l.prefix_caching = e.enable_prefix_caching;
   l.spec = e.spec;
   if (e.spec.enabled()) {
     if (e.spec.num_speculative_tokens < 1 || e.spec.num_speculative_tokens > kMaxSpeculativeTokens) {
@@ -97,6 +122,31 @@ Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig&
         blocks_per_request * per_block / kGiB);
   }
   l.kv_bytes = l.num_blocks * per_block;
+
+  // Hybrid prefix caching: checkpoints of the GDN state at multiples of lcm(64, block_size).
+  if (e.state_cache_memory_gib < 0) {
+    return InvalidArgument("--state-cache-memory must be >= 0 GiB (got {})",
+                           e.state_cache_memory_gib);
+  }
+  if (e.state_checkpoint_interval < 0 || e.state_checkpoint_interval % kernels::kGdnChunkSize != 0) {
+    return InvalidArgument("--state-checkpoint-interval must be a multiple of {} (got {})",
+                           kernels::kGdnChunkSize, e.state_checkpoint_interval);
+  }
+  l.state_slot_bytes = c.is_hybrid() ? StateBytesPerSlot(c) : 0;
+  if (c.is_hybrid() && l.prefix_caching) {
+    l.checkpoint_alignment = std::lcm(kernels::kGdnChunkSize, l.block_size);
+    l.checkpoint_interval =
+        e.state_checkpoint_interval == 0
+            ? 0
+            : std::lcm(e.state_checkpoint_interval, l.checkpoint_alignment);
+    const double budget = e.state_cache_memory_gib > 0
+                              ? e.state_cache_memory_gib * kGiB
+                              : std::min(kDefaultStateCacheGiB * kGiB,
+                                         static_cast<double>(AvailableMemoryBytes()) / 8);
+    // More checkpoints than aligned positions in the KV pool could never be attached.
+    const int64_t most = l.num_blocks * l.block_size / l.checkpoint_alignment;
+    l.num_checkpoints = std::min(static_cast<int64_t>(budget / l.state_slot_bytes), most);
+  }
   return l;
 }
 
@@ -134,10 +184,16 @@ Result<std::unique_ptr<Engine>> Engine::Create(model::ModelGroup& group,
                             .num_state_slots = layout.num_state_slots,
                             .spec_state_slots_per_request = layout.num_state_slots > 0 ? K : 0,
                             .max_blocks_per_request = blocks_per_request,
-                            .enable_prefix_caching = layout.prefix_caching};
+                            .enable_prefix_caching = layout.prefix_caching,
+                            .num_checkpoints = layout.num_checkpoints,
+                            .checkpoint_alignment = std::max<int64_t>(layout.checkpoint_alignment, 1),
+                            .checkpoint_interval = layout.checkpoint_interval,
+                            .checkpoint_keys_next_token = spec.method == SpecMethod::kMtp,
+                            .max_num_seqs = config.max_num_seqs};
   const RunnerConfig runner{
       .cache = model::CacheSizes{layout.num_blocks, layout.block_size,
-                                 std::max<int64_t>(layout.num_state_slots, 1)},
+                                 std::max<int64_t>(layout.num_state_slots + layout.num_checkpoints,
+                                                   1)},
       .max_num_seqs = config.max_num_seqs,
       .max_num_batched_tokens = config.max_num_batched_tokens,
       .max_blocks_per_request = blocks_per_request,
@@ -205,7 +261,12 @@ const std::vector<Request*>& Engine::Step() {
   const SchedulerOutput& out = scheduler_.Schedule();
   last_schedule_ = &out;
   const StepOutput& step = runner_->Execute(out);
-  return scheduler_.Update(out, step);
+  const std::vector<Request*>& updated = scheduler_.Update(out, step);
+  // Hybrid prefix caching: the GDN state checkpoints this step reached, copied on every rank
+  // before the next step can write the requests' slots.
+  for (const StateCopy& copy : cache_manager_.pending_copies()) group_.CopySlot(copy.from, copy.to);
+  cache_manager_.ClearPendingCopies();
+  return updated;
 }
 
 }  // namespace moeserve::engine

@@ -22,6 +22,9 @@
 
 namespace moeserve::engine {
 
+inline constexpr double kDefaultStateCacheGiB = 2.0;
+inline constexpr int64_t kDefaultStateCheckpointInterval = 512;
+
 // vLLM's engine arguments that size and shape the engine (CLI.md). Zero means "derive".
 struct EngineConfig {
   int64_t max_num_seqs = 64;
@@ -29,7 +32,12 @@ struct EngineConfig {
   int64_t max_model_len = 0;        // 0: the model's max_position_embeddings
   double kv_cache_memory_gib = 0;   // 0: enough for max_num_seqs full-length requests, <= 4 GiB
   int64_t block_size = 16;
-  bool enable_prefix_caching = true;  // attention-only models; hybrid models run without it
+  bool enable_prefix_caching = true;
+  // Hybrid models' prefix caching: the GDN state checkpoints' memory (GiB, per rank; 0: an
+  // eighth of the memory available at start, at most kDefaultStateCacheGiB) and the prompt
+  // interval between checkpoints (a multiple of 64; 0: only at prompt and output ends).
+  double state_cache_memory_gib = 0;
+  int64_t state_checkpoint_interval = kDefaultStateCheckpointInterval;
   int64_t long_prefill_token_threshold = 0;
   SpecConfig spec = {};  // --spec, --spec-disable-batch-size, --spec-min-acceptance
 };
@@ -44,6 +52,12 @@ struct EngineLayout {
   int64_t state_bytes = 0;
   int64_t prefill_alignment = 1;
   bool prefix_caching = false;
+  int64_t state_slot_bytes = 0;  // one GDN state slot (a running request's, or a checkpoint)
+  // Hybrid models' prefix caching: GDN state checkpoints (0 when off), where they may sit
+  // (multiples of the alignment) and the prompt interval.
+  int64_t num_checkpoints = 0;
+  int64_t checkpoint_alignment = 0;
+  int64_t checkpoint_interval = 0;
   SpecConfig spec = {};
 };
 

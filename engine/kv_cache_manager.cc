@@ -44,6 +44,20 @@ KvCacheManager::KvCacheManager(const KvCacheConfig& config) : config_(config) {
     free_state_slots_.push_back(static_cast<int32_t>(slot));
   }
 
+  CHECK_GE(config.num_checkpoints, 0);
+  if (config.num_checkpoints > 0) {
+    CHECK(config.enable_prefix_caching && config.num_state_slots > 0);
+    CHECK_GT(config.checkpoint_alignment, 0);
+    CHECK_EQ(config.checkpoint_alignment % config.block_size, 0);
+    CHECK_EQ(config.checkpoint_interval % config.checkpoint_alignment, 0);
+    checkpoints_.resize(config.num_checkpoints);
+    free_checkpoints_.reserve(config.num_checkpoints);
+    for (int64_t c = config.num_checkpoints - 1; c >= 0; --c) {
+      free_checkpoints_.push_back(static_cast<int32_t>(c));
+    }
+    pending_copies_.reserve(config.max_num_seqs);
+  }
+
   if (config.enable_prefix_caching) {
     cached_tokens_.resize(config.num_blocks * config.block_size);
     // At most num_blocks entries, so the load factor stays <= 1/2 and probes stay short (and
@@ -160,6 +174,7 @@ void KvCacheManager::Free(Request& r) {
     free_state_slots_.push_back(r.state_slot);
     r.state_slot = -1;
   }
+  ReleaseRestore(r);
 }
 
 // ---- prefix cache -----------------------------------------------------------------------------
@@ -243,31 +258,185 @@ void KvCacheManager::Uncache(int32_t id) {
     ++b.generation;  // children and aliases referring to this block go stale
   }
   b.state = BlockState::kUncached;
+  if (b.checkpoint >= 0) DropCheckpoint(b.checkpoint);  // its prefix is gone
 }
 
 int64_t KvCacheManager::TakeCachedPrefix(Request& r) {
   CHECK(r.block_ids.empty() && r.num_computed_tokens == 0)
       << "request " << r.id << " already holds cache";
   if (!config_.enable_prefix_caching || r.skip_prefix_cache) return 0;
+  const bool hybrid = config_.num_state_slots > 0;
 
   // The last token is always computed (its logits are needed), so at most num_tokens - 1
   // tokens may come from the cache; a block the cap cuts is recomputed whole.
   const int64_t max_hit_blocks = (r.num_tokens() - 1) / config_.block_size;
   BlockRef parent;
   uint64_t parent_hash = kRootHash;
+  int64_t usable_blocks = 0;  // the longest run of the chain usable as it stands
   for (int64_t b = 0; b < max_hit_blocks; ++b) {
     const uint64_t hash = HashBlock(parent_hash, r, b);
     const int32_t id = FindCached(hash, parent, r, b);
     if (id < 0) break;
-    Touch(id);
-    r.block_ids.push_back(id);
+    r.block_ids.push_back(id);  // reserved at admission: no allocation
     parent = BlockRef{id, blocks_[id].generation};
     parent_hash = hash;
+    if (!hybrid) {
+      usable_blocks = b + 1;
+    } else if (const int32_t c = blocks_[id].checkpoint; c >= 0) {
+      // A GDN model resumes only where a checkpoint holds its state.
+      const int64_t pos = (b + 1) * config_.block_size;  // <= num_tokens - 1
+      if (!config_.checkpoint_keys_next_token || checkpoints_[c].next_token == r.token_at(pos)) {
+        usable_blocks = b + 1;
+      }
+    }
   }
-  const int64_t hit_tokens = static_cast<int64_t>(r.block_ids.size()) * config_.block_size;
+  r.block_ids.resize(usable_blocks);
+  for (int32_t id : r.block_ids) Touch(id);
+  if (hybrid && usable_blocks > 0) {
+    const int32_t c = blocks_[r.block_ids.back()].checkpoint;
+    if (checkpoints_[c].pins++ == 0) {
+      LruRemove(c);
+      ++num_pinned_checkpoints_;
+    }
+    r.restore_checkpoint = c;
+    r.restore_state_slot = CheckpointSlot(c);
+  }
+  const int64_t hit_tokens = usable_blocks * config_.block_size;
   prefix_cache_queries_ += r.num_tokens();
   prefix_cache_hits_ += hit_tokens;
   return hit_tokens;
+}
+
+// ---- GDN state checkpoints --------------------------------------------------------------------
+
+void KvCacheManager::LruPushTail(int32_t c) {
+  Checkpoint& k = checkpoints_[c];
+  k.prev_lru = lru_tail_;
+  k.next_lru = -1;
+  (lru_tail_ >= 0 ? checkpoints_[lru_tail_].next_lru : lru_head_) = c;
+  lru_tail_ = c;
+  k.in_lru = true;
+}
+
+void KvCacheManager::LruPushHead(int32_t c) {
+  Checkpoint& k = checkpoints_[c];
+  k.prev_lru = -1;
+  k.next_lru = lru_head_;
+  (lru_head_ >= 0 ? checkpoints_[lru_head_].prev_lru : lru_tail_) = c;
+  lru_head_ = c;
+  k.in_lru = true;
+}
+
+void KvCacheManager::LruRemove(int32_t c) {
+  Checkpoint& k = checkpoints_[c];
+  if (!k.in_lru) return;
+  (k.prev_lru >= 0 ? checkpoints_[k.prev_lru].next_lru : lru_head_) = k.next_lru;
+  (k.next_lru >= 0 ? checkpoints_[k.next_lru].prev_lru : lru_tail_) = k.prev_lru;
+  k.prev_lru = k.next_lru = -1;
+  k.in_lru = false;
+}
+
+void KvCacheManager::DropCheckpoint(int32_t c) {
+  Checkpoint& k = checkpoints_[c];
+  if (k.block >= 0) {
+    blocks_[k.block].checkpoint = -1;
+    k.block = -1;
+    ++k.generation;
+    --num_attached_checkpoints_;
+  }
+  if (k.pins > 0) return;  // freed by the last ReleaseRestore
+  LruRemove(c);
+  free_checkpoints_.push_back(c);
+}
+
+int32_t KvCacheManager::AcquireCheckpoint() {
+  if (free_checkpoints_.empty()) {
+    if (lru_head_ < 0) return -1;  // every checkpoint is being restored from
+    DropCheckpoint(lru_head_);
+  }
+  const int32_t c = free_checkpoints_.back();
+  free_checkpoints_.pop_back();
+  return c;
+}
+
+void KvCacheManager::ReleaseRestore(Request& r) {
+  const int32_t c = r.restore_checkpoint;
+  if (c < 0) return;
+  r.restore_checkpoint = r.restore_state_slot = -1;
+  Checkpoint& k = checkpoints_[c];
+  CHECK_GT(k.pins, 0) << "checkpoint " << c << " unpinned twice";
+  if (--k.pins > 0) return;
+  --num_pinned_checkpoints_;
+  if (k.block >= 0) {
+    LruPushTail(c);  // used just now
+  } else {
+    free_checkpoints_.push_back(c);  // its block left the cache while it was pinned
+  }
+}
+
+bool KvCacheManager::IsCheckpointPosition(const Request& r, int64_t pos) const {
+  if (pos <= 0 || pos % config_.checkpoint_alignment != 0) return false;
+  const int64_t prompt = r.num_prompt_tokens();
+  return pos == prompt / config_.checkpoint_alignment * config_.checkpoint_alignment ||
+         (config_.checkpoint_interval > 0 && pos % config_.checkpoint_interval == 0 &&
+          pos < prompt) ||
+         pos > prompt;
+}
+
+int64_t KvCacheManager::CheckpointChunkEnd(const Request& r, int64_t first_pos,
+                                           int64_t end) const {
+  if (config_.num_checkpoints == 0 || r.skip_prefix_cache) return end;
+  const int64_t align = config_.checkpoint_alignment;
+  const int64_t junction = r.num_prompt_tokens() / align * align;
+  if (junction > first_pos && junction < end) end = junction;
+  if (config_.checkpoint_interval > 0) {
+    const int64_t next = (first_pos / config_.checkpoint_interval + 1) * config_.checkpoint_interval;
+    if (next < end) end = next;
+  }
+  return end;
+}
+
+bool KvCacheManager::MaybeCheckpoint(Request& r, int64_t state_pos) {
+  if (config_.num_checkpoints == 0 || r.state_slot < 0 || r.skip_prefix_cache ||
+      !IsCheckpointPosition(r, state_pos)) {
+    return false;
+  }
+  const int64_t b = state_pos / config_.block_size - 1;
+  if (b >= static_cast<int64_t>(r.block_ids.size())) return false;
+  // The block that stands for this prefix in the cache: r's own, or the identical one cached
+  // first.
+  int32_t id = r.block_ids[b];
+  if (blocks_[id].state == BlockState::kAlias) {
+    if (!IsLive(blocks_[id].same_as)) return false;
+    id = blocks_[id].same_as.id;
+  }
+  if (blocks_[id].state != BlockState::kCached || blocks_[id].checkpoint >= 0) return false;
+  int32_t next_token = -1;
+  if (config_.checkpoint_keys_next_token) {
+    if (state_pos >= r.num_tokens()) return false;
+    next_token = r.token_at(state_pos);
+  }
+  const int32_t c = AcquireCheckpoint();
+  if (c < 0) return false;
+  Checkpoint& k = checkpoints_[c];
+  k.block = id;
+  k.next_token = next_token;
+  blocks_[id].checkpoint = c;
+  ++num_attached_checkpoints_;
+  LruPushTail(c);
+  pending_copies_.push_back({r.state_slot, CheckpointSlot(c)});
+  if (state_pos > r.num_prompt_tokens()) {
+    // Decoding moved on: the request's previous output checkpoint goes first when room is short.
+    const int32_t prev = r.output_checkpoint;
+    if (prev >= 0 && checkpoints_[prev].generation == r.output_checkpoint_generation &&
+        checkpoints_[prev].block >= 0 && checkpoints_[prev].in_lru) {
+      LruRemove(prev);
+      LruPushHead(prev);
+    }
+    r.output_checkpoint = c;
+    r.output_checkpoint_generation = k.generation;
+  }
+  return true;
 }
 
 void KvCacheManager::CacheFullBlocks(const Request& r) {
@@ -320,6 +489,7 @@ void KvCacheManager::ResetPrefixCache() {
   for (Block& b : blocks_) {
     if (b.state == BlockState::kCached) ++b.generation;
     b.state = BlockState::kUncached;  // blocks in use are published again by CacheFullBlocks
+    if (b.checkpoint >= 0) DropCheckpoint(b.checkpoint);
   }
   num_cached_blocks_ = 0;
 }
@@ -337,5 +507,7 @@ int64_t KvCacheManager::num_used_state_slots() const {
 int64_t KvCacheManager::num_cached_blocks() const { return num_cached_blocks_; }
 int64_t KvCacheManager::prefix_cache_queries() const { return prefix_cache_queries_; }
 int64_t KvCacheManager::prefix_cache_hits() const { return prefix_cache_hits_; }
+int64_t KvCacheManager::num_checkpoints() const { return num_attached_checkpoints_; }
+int64_t KvCacheManager::num_pinned_checkpoints() const { return num_pinned_checkpoints_; }
 
 }  // namespace moeserve::engine

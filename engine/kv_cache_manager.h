@@ -6,8 +6,19 @@
 // Prefix caching: a full block's identity is a chained hash of (parent block's hash, its
 // block_size token ids); a lookup walks a waiting request's prompt block by block and stops at
 // the first miss. Cached blocks are ref-counted and shared; a freed block keeps its hash and
-// sits in an LRU free queue, evicted only when the pool hands it out again. Hybrid (GDN) models
-// run without it: their recurrent state cannot be rebuilt from KV blocks (docs/engine.md).
+// sits in an LRU free queue, evicted only when the pool hands it out again.
+//
+// Hybrid (GDN) models: a GDN layer's state after position p summarizes the whole prefix, and KV
+// blocks cannot rebuild it, so a prefix is reusable only up to a position where a copy of that
+// state -- a checkpoint -- was kept. Checkpoints live in model state slots of their own (after
+// the running requests' slots), each attached to the cached block that ends at its position;
+// positions are multiples of the checkpoint alignment (the GDN chunk, 64, and the block size),
+// so a resumed prefill runs exactly the chunks an uncached one runs. They are taken at the end
+// of a prompt (floor-aligned: where a follow-up turn or another request with the same system
+// prompt diverges), every checkpoint_interval tokens of a prompt, and at the end of an output
+// (the latest aligned position reached while decoding). A lookup takes the longest chain of
+// cached blocks that ends at a checkpoint. Checkpoints are evicted LRU in their own budget, and
+// with the block they are attached to; one being restored from is pinned.
 //
 // No heap allocation after construction: every table is sized up front, and a request's
 // block_ids is reserved at admission (ReserveFor).
@@ -30,6 +41,21 @@ struct KvCacheConfig {
   int64_t spec_state_slots_per_request = 0;
   int64_t max_blocks_per_request = 0;  // cdiv(max_model_len, block_size)
   bool enable_prefix_caching = false;
+  // Hybrid models: GDN state checkpoints (0: none, so no prefix hits). Checkpoint c lives in
+  // model state slot num_state_slots + c.
+  int64_t num_checkpoints = 0;
+  int64_t checkpoint_alignment = 64;  // a multiple of block_size and of the GDN chunk
+  int64_t checkpoint_interval = 0;    // also every this many prompt tokens (0: none)
+  // MTP speculative decoding: the MTP layer's KV at p - 1 pairs the hidden state at p - 1 with
+  // the token at p, so a checkpoint at p also matches only requests with the same token at p.
+  bool checkpoint_keys_next_token = false;
+  int64_t max_num_seqs = 1;  // bounds the checkpoint copies of one step
+};
+
+// A GDN state copy the engine makes on every rank after a step: a checkpoint taken.
+struct StateCopy {
+  int32_t from = 0;  // model state slots
+  int32_t to = 0;
 };
 
 class KvCacheManager {
@@ -58,8 +84,24 @@ class KvCacheManager {
   // prefix cache (no-op when prefix caching is off). Called after each step.
   void CacheFullBlocks(const Request& r);
 
-  // Releases r's blocks (in reverse order, so tails are evicted first) and state slots.
+  // Releases r's blocks (in reverse order, so tails are evicted first), state slots and the
+  // pin on the checkpoint it resumed from.
   void Free(Request& r);
+
+  // Hybrid models, after the step that copied r's checkpoint into its state slot: unpins it.
+  void ReleaseRestore(Request& r);
+  // Hybrid models, after a step (and CacheFullBlocks): r's state slot holds the state after
+  // `state_pos` tokens. When that position is one a checkpoint is kept at and the block ending
+  // there is cached without one, takes a checkpoint slot (evicting the least recently used) and
+  // queues the copy. Returns whether it did.
+  bool MaybeCheckpoint(Request& r, int64_t state_pos);
+  // The copies queued since the last call, in order; the engine runs them before the next step.
+  const std::vector<StateCopy>& pending_copies() const { return pending_copies_; }
+  void ClearPendingCopies() { pending_copies_.clear(); }
+  // Where a prefill chunk starting at `first_pos` must stop so that a checkpoint position inside
+  // it is a chunk end (the state exists only at chunk ends): the first such position after
+  // first_pos and before `end`, or `end`.
+  int64_t CheckpointChunkEnd(const Request& r, int64_t first_pos, int64_t end) const;
 
   // Forgets every cached prefix (blocks not in use become plain free blocks).
   void ResetPrefixCache();
@@ -71,6 +113,8 @@ class KvCacheManager {
   int64_t num_cached_blocks() const; // blocks with a prefix hash (used or free)
   int64_t prefix_cache_queries() const;  // tokens looked up (vLLM's vllm:prefix_cache_queries)
   int64_t prefix_cache_hits() const;     // tokens found
+  int64_t num_checkpoints() const;        // checkpoints held (attached to a block)
+  int64_t num_pinned_checkpoints() const; // of those, being restored from
 
  private:
   friend class KvCacheManagerTestPeer;  // kv_cache_manager_test.cc forges hash collisions
@@ -93,6 +137,7 @@ class KvCacheManager {
   static constexpr int32_t kBrokenId = -2;  // a prefix no cached block stands for any more
 
   struct Block {
+    int32_t checkpoint = -1;  // the checkpoint at this block's end position (kCached only)
     int32_t ref_count = 0;
     int32_t prev_free = -1;  // free-queue links, meaningful while ref_count == 0
     int32_t next_free = -1;
@@ -102,6 +147,29 @@ class KvCacheManager {
     BlockRef parent;    // kCached: the prefix this block continues
     BlockRef same_as;   // kAlias: the cached block standing for the same prefix, or kBrokenId
   };
+
+  // A GDN state checkpoint: in use while attached to a block. Unpinned ones in use are on an
+  // LRU list (head = evicted first); the generation changes whenever it is dropped.
+  struct Checkpoint {
+    int32_t block = -1;       // -1: free (or detached while pinned, freed when unpinned)
+    int32_t pins = 0;
+    int32_t next_token = -1;  // checkpoint_keys_next_token: the token at its position
+    int32_t prev_lru = -1, next_lru = -1;
+    bool in_lru = false;
+    uint64_t generation = 0;
+  };
+  int32_t CheckpointSlot(int32_t c) const {
+    return static_cast<int32_t>(config_.num_state_slots + c);
+  }
+  void LruPushTail(int32_t c);
+  void LruPushHead(int32_t c);
+  void LruRemove(int32_t c);
+  // A checkpoint to write: a free one, else the least recently used (dropped); -1 if all are
+  // pinned.
+  int32_t AcquireCheckpoint();
+  // Detaches a checkpoint from its block and frees it (a pinned one is freed when unpinned).
+  void DropCheckpoint(int32_t c);
+  bool IsCheckpointPosition(const Request& r, int64_t pos) const;
 
   // Free queue: a doubly linked list threaded through blocks_, head = next to hand out.
   void PushFreeTail(int32_t id);
@@ -141,6 +209,13 @@ class KvCacheManager {
   std::vector<int32_t> free_state_slots_;  // stack; the next slot handed out is at the back
   int64_t prefix_cache_queries_ = 0;
   int64_t prefix_cache_hits_ = 0;
+  // Checkpoints: [num_checkpoints], free ones on a stack, unpinned ones in use on an LRU list.
+  std::vector<Checkpoint> checkpoints_;
+  std::vector<int32_t> free_checkpoints_;
+  int32_t lru_head_ = -1, lru_tail_ = -1;
+  int64_t num_attached_checkpoints_ = 0;
+  int64_t num_pinned_checkpoints_ = 0;
+  std::vector<StateCopy> pending_copies_;  // reserved to max_num_seqs
 };
 
 }  // namespace moeserve::engine

@@ -98,13 +98,18 @@ const StepOutput& ModelRunner::Execute(const SchedulerOutput& out) {
     const ScheduledRequest& s = out.scheduled[i];
     const Request& r = *s.request;
     if (s.fresh) {
-      // A new or resumed request starts from position 0 (no prefix caching for GDN state) or
-      // from its cached prefix: a clean row, and zero GDN state.
+      // A new or resumed request starts from position 0 or from its cached prefix: a clean
+      // row, and zero GDN state or the checkpoint at the prefix's end.
       RemoveRow(r.id);
       AddRow(r.id);
       if (r.state_slot >= 0) {
-        CHECK_EQ(s.first_pos, 0) << "a GDN state cannot resume from a cached prefix";
-        group_.ResetSlot(r.state_slot);
+        if (r.restore_state_slot >= 0) {
+          CHECK_GT(s.first_pos, 0);
+          group_.CopySlot(r.restore_state_slot, r.state_slot);
+        } else {
+          CHECK_EQ(s.first_pos, 0) << "a GDN state resumes only from a checkpoint";
+          group_.ResetSlot(r.state_slot);
+        }
       }
     }
     const auto it = row_of_.find(r.id);

@@ -88,6 +88,15 @@ struct Request {
   // after each draft to. After a step that accepted a drafts, slot spec_state_slots[a - 1] holds
   // the state to go on from and trades places with state_slot (no copy).
   std::vector<int32_t> spec_state_slots;
+  // Hybrid prefix caching (KvCacheManager): the GDN state checkpoint this request resumes from
+  // and the model state slot holding it (-1: none). The runner copies it into state_slot before
+  // the first step; the checkpoint is pinned until then.
+  int32_t restore_checkpoint = -1;
+  int32_t restore_state_slot = -1;
+  // Its latest checkpoint past the prompt and that checkpoint's generation: when decoding reaches
+  // the next aligned position, the newer one replaces it (only the end of an output is kept).
+  int32_t output_checkpoint = -1;
+  uint64_t output_checkpoint_generation = 0;
 
   // Speculative decoding: the drafts proposed after the last step, verified by the next one
   // (not part of the token history until accepted), and the acceptance counts so far.

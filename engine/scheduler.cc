@@ -107,9 +107,12 @@ int64_t Scheduler::ChunkSize(const Request& r, int64_t budget) const {
   // Batch invariance: a chunk that stops short of the request's tokens ends at an absolute
   // multiple of the alignment, however the budget happened to fall this step.
   const int64_t alignment = config_.prefill_alignment;
-  const int64_t end = first_pos + num_new;
-  if (alignment > 1 && end < r.num_tokens()) num_new = end / alignment * alignment - first_pos;
-  return std::max<int64_t>(num_new, 0);
+  int64_t end = first_pos + num_new;
+  if (alignment > 1 && end < r.num_tokens()) end = end / alignment * alignment;
+  // Hybrid prefix caching: a GDN state exists only at a chunk's end, so a chunk stops where a
+  // checkpoint is to be taken (an aligned position: batch invariance holds).
+  if (end > first_pos) end = cache_.CheckpointChunkEnd(r, first_pos, end);
+  return std::max<int64_t>(end - first_pos, 0);
 }
 
 bool Scheduler::AllocateFor(Request& r, int64_t num_new) {
@@ -249,9 +252,11 @@ const std::vector<Request*>& Scheduler::Update(const SchedulerOutput& out, const
     const ScheduledRequest& s = out.scheduled[i];
     Request& r = *s.request;
     if (r.status != RequestStatus::kRunning) continue;  // aborted since Schedule()
+    if (s.fresh) cache_.ReleaseRestore(r);  // its checkpoint was copied in this step
     const std::span<const int32_t> emitted = step.tokens_of(i);
     if (emitted.empty()) {
       cache_.CacheFullBlocks(r);  // a partial prefill chunk: nothing sampled
+      cache_.MaybeCheckpoint(r, r.num_computed_tokens);
       continue;
     }
     // The drafts after the first rejection were computed in vain: their positions (KV slots,
@@ -261,6 +266,7 @@ const std::vector<Request*>& Scheduler::Update(const SchedulerOutput& out, const
     r.num_computed_tokens -= s.num_draft_tokens - accepted;
     CHECK_EQ(r.num_computed_tokens, r.num_tokens() + accepted)
         << "a token was sampled for a partial prefill chunk of request " << r.id;
+    const int64_t state_pos = r.num_computed_tokens;  // what r's GDN state slot has absorbed
     if (s.num_draft_tokens > 0) {
       r.spec.AddStep(s.num_draft_tokens, accepted);
       spec_stats_.AddStep(s.num_draft_tokens, accepted);
@@ -283,6 +289,8 @@ const std::vector<Request*>& Scheduler::Update(const SchedulerOutput& out, const
       r.output_logprobs.resize(r.output_token_ids.size());
     }
     cache_.CacheFullBlocks(r);
+    // Before Finish frees the state slot: the copy runs before anything can write it again.
+    cache_.MaybeCheckpoint(r, state_pos);
     if (reason != FinishReason::kNone) {
       Finish(r, reason);
     } else {

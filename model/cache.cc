@@ -59,6 +59,17 @@ void ModelCache::ResetSlot(int32_t slot) {
   }
 }
 
+void ModelCache::CopySlot(int32_t from, int32_t to) {
+  if (from == to) return;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    LayerStorage& s = layers_[i];
+    if (s.conv_per_slot == 0) continue;
+    std::memcpy(conv_state(i, to), conv_state(i, from), s.conv_per_slot * sizeof(float));
+    std::memcpy(recurrent_state(i, to), recurrent_state(i, from),
+                s.recurrent_per_slot * sizeof(float));
+  }
+}
+
 int64_t ModelCache::kv_bytes() const {
   int64_t n = 0;
   for (const LayerStorage& s : layers_) n += s.k.size() + s.v.size();

@@ -33,6 +33,9 @@ class ModelCache {
   float* recurrent_state(int64_t layer, int32_t slot);
   // Zeroes a slot's GDN state (a new sequence starts from zero state).
   void ResetSlot(int32_t slot);
+  // Copies slot `from`'s GDN state (conv window and S of every GDN layer) over slot `to`'s: a
+  // prefix-cache checkpoint taken, or a request resumed from one.
+  void CopySlot(int32_t from, int32_t to);
   // Bytes held by the KV caches and by the GDN states.
   int64_t kv_bytes() const;
   int64_t state_bytes() const;

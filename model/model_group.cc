@@ -161,6 +161,10 @@ void ModelGroup::Reserve(int64_t max_tokens, int64_t max_logits_rows) {
 
 void ModelGroup::ResetSlot(int32_t slot) { Issue(Command{.op = Op::kResetSlot, .a = slot}); }
 
+void ModelGroup::CopySlot(int32_t from, int32_t to) {
+  Issue(Command{.op = Op::kCopySlot, .a = from, .b = to});
+}
+
 void ModelGroup::ForwardBatch(const TokenBatch& batch, const int32_t* logits_rows,
                               int64_t num_logits, LogitsMode mode) {
   Issue(Command{.op = Op::kForward,
@@ -188,6 +192,9 @@ void ModelGroup::Execute(Rank& rank, const Command& c) {
       break;
     case Op::kReserve: rank.model->Reserve(c.a, c.b); break;
     case Op::kResetSlot: rank.cache->ResetSlot(static_cast<int32_t>(c.a)); break;
+    case Op::kCopySlot:
+      rank.cache->CopySlot(static_cast<int32_t>(c.a), static_cast<int32_t>(c.b));
+      break;
     case Op::kForward:
       rank.model->ForwardBatch(*c.batch, *rank.cache, c.rows, c.num_rows, c.mode);
       break;

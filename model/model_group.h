@@ -71,6 +71,7 @@ class ModelGroup {
   void CreateCache(const CacheSizes& sizes);
   void Reserve(int64_t max_tokens, int64_t max_logits_rows);
   void ResetSlot(int32_t slot);
+  void CopySlot(int32_t from, int32_t to);
   void ForwardBatch(const TokenBatch& batch, const int32_t* logits_rows, int64_t num_logits,
                     LogitsMode mode);
   void MtpForwardBatch(const TokenBatch& batch, const float* hidden, const int32_t* logits_rows,
@@ -80,10 +81,13 @@ class ModelGroup {
   void Follow();
 
  private:
-  enum class Op : int32_t { kCreateCache, kReserve, kResetSlot, kForward, kMtpForward, kStop };
+  enum class Op : int32_t {
+    kCreateCache, kReserve, kResetSlot, kCopySlot, kForward, kMtpForward, kStop
+  };
   struct Command {
     Op op = Op::kStop;
-    int64_t a = 0, b = 0, c = 0;  // CreateCache: sizes; Reserve: tokens, rows; ResetSlot: slot
+    // CreateCache: sizes; Reserve: tokens, rows; ResetSlot: slot; CopySlot: from, to
+    int64_t a = 0, b = 0, c = 0;
     const TokenBatch* batch = nullptr;
     const float* hidden = nullptr;  // kMtpForward: [num_tokens, H]
     const int32_t* rows = nullptr;
