@@ -18,147 +18,14 @@
 
 #include "core/check.h"
 #include "core/heap_counter.h"
+#include "engine/engine_test_util.h"
 
 namespace moeserve::engine {
 namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kHybridDir = MOESERVE_SHARED_DIR "/testdata/tiny-qwen3next";
-
-std::unique_ptr<model::CausalLm> LoadModel(const std::string& dir) {
-  Result<std::unique_ptr<model::CausalLm>> lm = model::CausalLm::Load(dir, {.weight_dtype = std::nullopt, .threads = 2});
-  EXPECT_TRUE(lm.ok()) << lm.status().ToString();
-  return lm.ok() ? std::move(*lm) : nullptr;
-}
-
-// A model folder `moeserve make-model <flags>` writes, made once per test binary run.
-std::string MadeModel(const std::string& name, const std::string& flags) {
-  const fs::path path = fs::temp_directory_path() / fmt::format("moeserve_{}_{}", name, getpid());
-  const std::string cmd =
-      fmt::format("{} make-model {} --out {} 2>/dev/null", MOESERVE_BINARY, flags, path.string());
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  return path.string();
-}
-
-// A hybrid model with an MTP layer (random weights: its drafts are mostly rejected).
-const std::string& HybridMtpDir() {
-  static const std::string dir =
-      MadeModel("engine_mtp", "--arch qwen3_next --preset tiny --seed 6 --mtp-layers 1");
-  return dir;
-}
-
-// An attention-only MoE model (prefix caching applies).
-const std::string& Qwen3MoeDir() {
-  static const std::string dir = MadeModel("engine", "--arch qwen3_moe --preset tiny --seed 5");
-  return dir;
-}
-
-std::vector<int32_t> RandomPrompt(int64_t n, uint32_t seed, int64_t vocab) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> p(n);
-  for (int32_t& t : p) t = static_cast<int32_t>(rng() % (vocab - 4));
-  return p;
-}
-
-SamplingParams Greedy(int64_t max_tokens) {
-  SamplingParams params;
-  params.temperature = 0;
-  params.max_tokens = max_tokens;
-  params.ignore_eos = true;
-  return params;
-}
-
-// Everything a request produced: its tokens and the logits each was sampled from.
-struct Trace {
-  std::vector<int32_t> tokens;
-  std::vector<std::vector<float>> logits;
-};
-
-// Runs the prompts through `engine` (all added at once, or one more every `stagger` steps) to
-// the end; returns each request's trace by prompt index. Checks block accounting returns to 0.
-std::vector<Trace> RunAll(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
-                          int64_t max_tokens, int64_t stagger = 0,
-                          int64_t* preemptions = nullptr,
-                          std::optional<SamplingParams> params = std::nullopt) {
-  std::map<int64_t, size_t> index_of;
-  std::vector<Trace> traces(prompts.size());
-  size_t added = 0;
-  auto add = [&] {
-    Result<int64_t> id = engine.AddRequest(prompts[added], params.value_or(Greedy(max_tokens)));
-    EXPECT_TRUE(id.ok()) << id.status().ToString();
-    index_of[*id] = added++;
-  };
-  if (stagger == 0) {
-    while (added < prompts.size()) add();
-  } else {
-    add();
-  }
-  int64_t step = 0;
-  while (engine.HasUnfinished() || added < prompts.size()) {
-    if (stagger > 0 && added < prompts.size() && step % stagger == stagger - 1) add();
-    engine.Step();
-    ++step;
-    const SchedulerOutput& out = engine.last_schedule();
-    if (preemptions != nullptr) *preemptions += static_cast<int64_t>(out.preempted_ids.size());
-    for (size_t i = 0; i < out.scheduled.size(); ++i) {
-      Trace& t = traces[index_of.at(out.scheduled[i].request->id)];
-      const Request* r = engine.Find(out.scheduled[i].request->id);
-      // Each token the step emitted (several with accepted drafts; those after a stop are
-      // dropped) and the logits row it came from.
-      for (int64_t j = 0; t.tokens.size() < r->output_token_ids.size(); ++j) {
-        const float* logits = engine.runner().logits_of(static_cast<int64_t>(i), j);
-        if (logits == nullptr) break;
-        t.tokens.push_back(r->output_token_ids[t.tokens.size()]);
-        t.logits.emplace_back(logits, logits + engine.model().config().vocab_size);
-      }
-    }
-    EXPECT_LT(step, 100000) << "engine does not finish";
-  }
-  for (const auto& [id, index] : index_of) {
-    const Request* r = engine.Find(id);
-    EXPECT_EQ(r->output_token_ids, traces[index].tokens);
-    engine.Release(id);
-  }
-  EXPECT_EQ(engine.cache_manager().num_used_blocks(), 0);
-  EXPECT_EQ(engine.cache_manager().num_used_state_slots(), 0);
-  return traces;
-}
-
-// GiB of one KV block of `config`'s engine.
-double BlockGiB(model::CausalLm& lm, const EngineConfig& config) {
-  auto probe = Engine::Create(lm, config);
-  CHECK(probe.ok()) << probe.status().ToString();
-  return static_cast<double>((*probe)->layout().kv_bytes) / (*probe)->layout().num_blocks /
-         (1024.0 * 1024.0 * 1024.0);
-}
-
-// The same request alone in a fresh engine of the same configuration.
-Trace RunAlone(model::CausalLm& lm, const EngineConfig& config, const std::vector<int32_t>& prompt,
-               int64_t max_tokens) {
-  Result<std::unique_ptr<Engine>> engine = Engine::Create(lm, config);
-  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
-  return RunAll(**engine, {prompt}, max_tokens)[0];
-}
-
-void ExpectBitIdentical(const Trace& got, const Trace& want, const std::string& what) {
-  ASSERT_EQ(got.tokens, want.tokens) << what;
-  ASSERT_EQ(got.logits.size(), want.logits.size()) << what;
-  for (size_t s = 0; s < want.logits.size(); ++s) {
-    EXPECT_EQ(0, std::memcmp(got.logits[s].data(), want.logits[s].data(),
-                             want.logits[s].size() * sizeof(float)))
-        << what << ": logits of output " << s << " differ";
-  }
-}
-
-double MaxRelError(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
-  }
-  return diff / scale;
-}
+using namespace test_util;
 
 // Eight prompts of different lengths: short ones decode while long ones still prefill.
 std::vector<std::vector<int32_t>> EightPrompts(int64_t vocab) {

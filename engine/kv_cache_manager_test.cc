@@ -588,3 +588,137 @@ TEST_F(KvCacheManagerTest, RandomTrafficOnlyEverHitsIdenticalPrefixes) {
 
 }  // namespace
 }  // namespace moeserve::engine
+
+// ---- hybrid models: GDN state checkpoints ----------------------------------------------------
+
+namespace moeserve::engine {
+namespace {
+
+KvCacheConfig HybridConfig(int64_t num_blocks, int64_t num_checkpoints, int64_t interval = 0,
+                           bool keys_next_token = false) {
+  return KvCacheConfig{.num_blocks = num_blocks,
+                       .block_size = kBlockSize,
+                       .num_state_slots = 4,
+                       .max_blocks_per_request = num_blocks,
+                       .enable_prefix_caching = true,
+                       .num_checkpoints = num_checkpoints,
+                       .checkpoint_alignment = 64,
+                       .checkpoint_interval = interval,
+                       .checkpoint_keys_next_token = keys_next_token,
+                       .max_num_seqs = 4};
+}
+
+class CheckpointTest : public KvCacheManagerTest {
+ protected:
+  // A prompt prefilled in chunks ending where the manager says, with a checkpoint chance after
+  // each (as the scheduler does); returns the tokens the cache supplied.
+  int64_t ChunkedPrefill(Request& r) {
+    const int64_t hit = cache_->TakeCachedPrefix(r);
+    r.num_computed_tokens = hit;
+    while (r.num_computed_tokens < r.num_tokens()) {
+      const int64_t end =
+          cache_->CheckpointChunkEnd(r, r.num_computed_tokens, r.num_tokens());
+      EXPECT_TRUE(cache_->Allocate(r, end - r.num_computed_tokens));
+      r.num_computed_tokens = end;
+      cache_->CacheFullBlocks(r);
+      cache_->MaybeCheckpoint(r, end);
+    }
+    cache_->ReleaseRestore(r);
+    return hit;
+  }
+
+  std::vector<StateCopy> TakeCopies() {
+    std::vector<StateCopy> copies = cache_->pending_copies();
+    cache_->ClearPendingCopies();
+    return copies;
+  }
+};
+
+TEST_F(CheckpointTest, PrefillStopsAtTheJunctionAndIntervalsAndCheckpointsThere) {
+  KvCacheManager& cache = Make(HybridConfig(64, 8, /*interval=*/128));
+  Request& a = NewRequest(Seq(0, 300));
+  EXPECT_EQ(cache.CheckpointChunkEnd(a, 0, 300), 128);    // interval
+  EXPECT_EQ(cache.CheckpointChunkEnd(a, 128, 300), 256);  // interval and junction (floor 300)
+  EXPECT_EQ(cache.CheckpointChunkEnd(a, 256, 300), 300);
+  EXPECT_EQ(ChunkedPrefill(a), 0);
+  const std::vector<StateCopy> copies = TakeCopies();
+  ASSERT_EQ(copies.size(), 2u);  // at 128 and 256, from a's slot into checkpoint slots 4, 5
+  EXPECT_EQ(copies[0].from, a.state_slot);
+  EXPECT_GE(copies[0].to, 4);
+  EXPECT_EQ(cache.num_checkpoints(), 2);
+
+  // The same prompt again resumes at 256; one diverging at 200 resumes at 128.
+  Request& same = NewRequest(Seq(0, 300));
+  EXPECT_EQ(ChunkedPrefill(same), 256);
+  Request& shorter = NewRequest(Concat({Seq(0, 200), Seq(1000, 50)}));
+  EXPECT_EQ(cache.TakeCachedPrefix(shorter), 128);
+  EXPECT_EQ(shorter.restore_state_slot, copies[0].to);
+  EXPECT_EQ(cache.num_pinned_checkpoints(), 1);
+  cache.Free(shorter);
+  EXPECT_EQ(cache.num_pinned_checkpoints(), 0);
+  for (Request* r : {&a, &same}) cache.Free(*r);
+}
+
+TEST_F(CheckpointTest, OutputEndReplacesTheRequestsEarlierOutputCheckpoint) {
+  KvCacheManager& cache = Make(HybridConfig(64, 3));
+  Request& r = NewRequest(Seq(0, 70));
+  ChunkedPrefill(r);  // junction at 64
+  int32_t token = 5000;
+  while (r.num_computed_tokens < 260) {
+    Decode(r, token++);
+    cache.MaybeCheckpoint(r, r.num_computed_tokens);
+  }
+  // 64 (prompt), then 128, 192, 256 while decoding: three slots, so the earlier output ones
+  // went first, never the prompt's.
+  EXPECT_EQ(cache.num_checkpoints(), 3);
+  Request& follow = NewRequest(Concat({Seq(0, 70), Seq(5000, 190), Seq(9000, 10)}));
+  EXPECT_EQ(cache.TakeCachedPrefix(follow), 256);
+  cache.Free(follow);
+  Request& other = NewRequest(Concat({Seq(0, 70), Seq(7000, 10)}));
+  EXPECT_EQ(cache.TakeCachedPrefix(other), 64);
+  cache.Free(other);
+  cache.Free(r);
+}
+
+TEST_F(CheckpointTest, MtpCheckpointsMatchOnlyTheSameNextToken) {
+  KvCacheManager& cache = Make(HybridConfig(64, 4, 0, /*keys_next_token=*/true));
+  Request& a = NewRequest(Seq(0, 100));  // junction 64, next token 64
+  ChunkedPrefill(a);
+  Request& same_next = NewRequest(Concat({Seq(0, 65), Seq(3000, 5)}));
+  EXPECT_EQ(cache.TakeCachedPrefix(same_next), 64);
+  cache.Free(same_next);
+  Request& other_next = NewRequest(Concat({Seq(0, 64), Seq(3000, 5)}));
+  EXPECT_EQ(cache.TakeCachedPrefix(other_next), 0);
+  cache.Free(other_next);
+  cache.Free(a);
+}
+
+TEST_F(CheckpointTest, PinnedCheckpointsSurviveAndEvictedBlocksDropTheirs) {
+  KvCacheManager& cache = Make(HybridConfig(16, 1));
+  Request& a = NewRequest(Seq(0, 70));
+  ChunkedPrefill(a);
+  EXPECT_EQ(TakeCopies().size(), 1u);
+  cache.Free(a);
+  ASSERT_EQ(cache.num_checkpoints(), 1);
+  Request& b = NewRequest(Concat({Seq(0, 64), Seq(500, 10)}));
+  ASSERT_EQ(cache.TakeCachedPrefix(b), 64);  // pins the only checkpoint
+  // Another prompt wants a checkpoint: the only one is pinned, so none is taken.
+  Request& c = NewRequest(Seq(2000, 70));
+  ChunkedPrefill(c);
+  EXPECT_TRUE(TakeCopies().empty());
+  EXPECT_EQ(cache.num_pinned_checkpoints(), 1);
+  cache.Free(b);
+  cache.Free(c);
+  // Filling the pool evicts the blocks, and the checkpoint with its block.
+  Request& big = NewRequest(Seq(4000, 16 * 16 - 1));
+  ASSERT_TRUE(cache.Allocate(big, big.num_tokens()));
+  EXPECT_EQ(cache.num_checkpoints(), 0);
+  cache.Free(big);
+  Request& again = NewRequest(Seq(0, 70));
+  EXPECT_EQ(cache.TakeCachedPrefix(again), 0);
+  cache.Free(again);
+  cache.ResetPrefixCache();
+}
+
+}  // namespace
+}  // namespace moeserve::engine
