@@ -1,8 +1,10 @@
 // moeserve chat: an interactive chat in the terminal over the engine. Each turn renders the whole
 // conversation with the model's chat template (add_generation_prompt), runs it as one engine
 // request and streams the answer to stdout as its tokens arrive; the answer joins the history.
-// Re-rendering the conversation every turn costs a full prefill of it: attention-only models get
-// it back from the prefix cache, hybrid models (which have none) recompute it.
+// Re-rendering the conversation every turn would cost a full prefill of it; the prefix cache
+// gives back what the last turn computed (KV blocks, and for hybrid models the GDN state
+// checkpoint at the end of the last answer), so a turn computes little more than its new
+// message. Each turn logs its prompt tokens and how many came from the cache.
 //
 // Choices where the issue left them open (also in --help):
 //   - sampling defaults are vLLM's, overridden by the model folder's generation_config.json
@@ -364,6 +366,7 @@ class Chat {
       std::fflush(stdout);
     };
     g_interrupted.store(false);
+    const int64_t num_prompt = static_cast<int64_t>(prompt.size());
     ASSIGN_OR_RETURN(const int64_t id, engine_.AddRequest(std::move(prompt), params));
     while (engine_.HasUnfinished()) {
       if (g_interrupted.load()) {
@@ -382,6 +385,8 @@ class Chat {
       }
     }
     print(detok.Flush());
+    LogInfo("chat: {} prompt tokens ({} from the prefix cache), {} answer tokens", num_prompt,
+            engine_.Find(id)->num_cached_tokens, engine_.Find(id)->output_token_ids.size());
     engine_.Release(id);
     // A Ctrl-C as the answer ended stopped it too: the next read must not see it.
     g_interrupted.store(false);

@@ -18,10 +18,12 @@ Status Channel::Wait(std::chrono::milliseconds timeout, std::vector<ChoiceUpdate
 }
 
 void Channel::Publish(size_t choice, std::span<const int32_t> tokens,
-                      std::span<const engine::SampledToken> logprobs, engine::FinishReason finish) {
+                      std::span<const engine::SampledToken> logprobs, engine::FinishReason finish,
+                      int64_t num_cached_tokens) {
   {
     std::lock_guard lock(mu_);
     ChoiceUpdate& u = choices_[choice];
+    if (num_cached_tokens >= 0) u.num_cached_tokens = num_cached_tokens;
     u.tokens.insert(u.tokens.end(), tokens.begin(), tokens.end());
     u.logprobs.insert(u.logprobs.end(), logprobs.begin(), logprobs.end());
     if (finish != engine::FinishReason::kNone) {
@@ -267,7 +269,8 @@ void EngineLoop::Publish(int64_t id) {
         logprobs = std::span(r->output_logprobs).subspan(live.sent, total - live.sent);
       }
     }
-    live.channel->Publish(live.choice, tokens, logprobs, reason);
+    live.channel->Publish(live.choice, tokens, logprobs, reason,
+                          r != nullptr ? r->num_cached_tokens : -1);
     live.sent = total;
   }
   if (!finished) return;

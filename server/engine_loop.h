@@ -35,6 +35,7 @@ struct ChoiceUpdate {
   std::vector<engine::SampledToken> logprobs;  // one per token when logprobs were asked
   bool finished = false;
   engine::FinishReason finish_reason = engine::FinishReason::kNone;
+  int64_t num_cached_tokens = -1;  // once scheduled: prompt tokens the prefix cache supplied
 };
 
 // One engine request of an HTTP request: a choice (FanOut) of one of its prompts.
@@ -56,9 +57,11 @@ class Channel {
   // Loop side.
   // New tokens of a choice and, when they end it, the reason (in one update, so that a reader
   // sees the last token together with the end).
+  // `num_cached_tokens`: the prompt tokens the prefix cache supplied (-1: not known yet).
   void Publish(size_t choice, std::span<const int32_t> tokens,
                std::span<const engine::SampledToken> logprobs,
-               engine::FinishReason finish = engine::FinishReason::kNone);
+               engine::FinishReason finish = engine::FinishReason::kNone,
+               int64_t num_cached_tokens = -1);
   void PublishPromptLogprobs(size_t choice, std::span<const engine::SampledToken> logprobs);
   void Fail(const Status& status);
   // The request's error so far (OK while none).

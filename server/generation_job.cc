@@ -31,6 +31,16 @@ int64_t GenerationJob::prompt_tokens() const {
   return n;
 }
 
+int64_t GenerationJob::cached_tokens() const {
+  std::vector<int64_t> per_prompt(prompts.size(), 0);
+  for (const ChoiceState& c : choices) {
+    per_prompt[c.prompt] = std::max(per_prompt[c.prompt], c.num_cached_tokens);
+  }
+  int64_t n = 0;
+  for (int64_t p : per_prompt) n += p;
+  return n;
+}
+
 int64_t GenerationJob::completion_tokens() const {
   int64_t n = 0;
   for (const ChoiceState& c : choices) n += static_cast<int64_t>(c.tokens.size());
@@ -46,6 +56,7 @@ Status GenerationJob::Pull(std::chrono::milliseconds timeout, std::vector<Delta>
     ChoiceUpdate& u = updates[i];
     Delta& d = (*deltas)[i];
     if (c.finished) continue;
+    if (u.num_cached_tokens >= 0) c.num_cached_tokens = u.num_cached_tokens;
     if (u.has_prompt_logprobs) {
       c.prompt_logprobs = std::move(u.prompt_logprobs);
       c.prompt_logprobs_arrived = d.prompt_logprobs_arrived = true;
@@ -130,7 +141,7 @@ ordered_json GenerationJob::Response() {
   if (request.return_prompt_logprobs && chat() && !choices.empty()) {
     out["prompt_logprobs"] = PromptLogprobsJson(*tok, choices[0].prompt_logprobs);
   }
-  out["usage"] = UsageJson(prompt_tokens(), completion_tokens());
+  out["usage"] = UsageJson(prompt_tokens(), completion_tokens(), cached_tokens());
   return out;
 }
 
@@ -174,7 +185,7 @@ ordered_json GenerationJob::UsageChunk() const {
   ordered_json out =
       Envelope(id, chat() ? "chat.completion.chunk" : "text_completion", created, model);
   out["choices"] = ordered_json::array();
-  out["usage"] = UsageJson(prompt_tokens(), completion_tokens());
+  out["usage"] = UsageJson(prompt_tokens(), completion_tokens(), cached_tokens());
   return out;
 }
 

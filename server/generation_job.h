@@ -36,6 +36,7 @@ struct ChoiceState {
   bool finished = false;
   engine::FinishReason reason = engine::FinishReason::kNone;
   int64_t text_offset = 0;  // completions logprobs' running text_offset
+  int64_t num_cached_tokens = 0;  // prompt tokens the prefix cache supplied
 };
 
 // What one Pull added to a choice.
@@ -66,6 +67,8 @@ struct GenerationJob {
   bool finished() const;
   int64_t prompt_tokens() const;
   int64_t completion_tokens() const;
+  // Prompt tokens the prefix cache supplied: per prompt, its choices' most.
+  int64_t cached_tokens() const;
 
   // Waits up to `timeout` for tokens and turns them into text. As `generate` does, the token
   // that completes a stop string is the last one kept; its choice is then aborted as stopped.

@@ -192,10 +192,11 @@ const char* FinishReasonJson(engine::FinishReason reason) {
   return engine::FinishReasonName(reason);
 }
 
-ordered_json UsageJson(int64_t prompt_tokens, int64_t completion_tokens) {
+ordered_json UsageJson(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
 ordered_json CompletionLogprobsJson(const tokenizer::Tokenizer& tok,

@@ -62,7 +62,8 @@ std::string NewRequestId(Endpoint endpoint);
 // "stop" | "length" | "abort".
 const char* FinishReasonJson(engine::FinishReason reason);
 
-ordered_json UsageJson(int64_t prompt_tokens, int64_t completion_tokens);
+// OpenAI's usage object, with prompt_tokens_details.cached_tokens (the prefix cache's share).
+ordered_json UsageJson(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
 
 // Completions logprobs {"tokens", "token_logprobs", "top_logprobs", "text_offset"} of `tokens`,
 // offsets counted from *text_offset (advanced past them: streaming calls it per delta).

@@ -12,11 +12,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -419,6 +421,41 @@ TEST_F(ChatTest, CtrlCAtThePromptExits130) {
       << chat.err();
   chat.Interrupt();
   EXPECT_EQ(chat.Wait(), 130) << chat.err();
+}
+
+}  // namespace
+}  // namespace moeserve
+
+namespace moeserve {
+namespace {
+
+// The default model (hybrid) through `chat`: each turn after the first resumes from the prefix
+// cache where the previous answer ended, so it computes only its new tokens plus < 64 (the GDN
+// state checkpoint sits at a multiple of 64; the answer's last token was never computed).
+TEST(ChatPrefixCacheTest, EachTurnResumesFromThePreviousOne) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("moeserve_chat_pc_{}", getpid());
+  fs::create_directories(dir);
+  e2e::WriteFile(dir / "stdin.txt",
+                 "Tell me a story about a cat.\nAnd then what happened next?\n"
+                 "Why did the cat do that?\nThanks, tell me more.\n");
+  const e2e::CommandResult r = e2e::RunMoeserve(
+      fmt::format("chat --max-tokens 60 <{}", (dir / "stdin.txt").string()), dir / "stderr.txt");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::regex turn_line(R"((\d+) prompt tokens \((\d+) from the prefix cache\), (\d+) answer)");
+  std::vector<std::array<int64_t, 3>> turns;
+  for (std::sregex_iterator it(r.err.begin(), r.err.end(), turn_line), end; it != end; ++it) {
+    turns.push_back({std::stoll((*it)[1]), std::stoll((*it)[2]), std::stoll((*it)[3])});
+  }
+  ASSERT_EQ(turns.size(), 4u) << r.err;
+  EXPECT_EQ(turns[0][1], 0);
+  for (size_t k = 1; k < turns.size(); ++k) {
+    const int64_t previous = turns[k - 1][0] + turns[k - 1][2];  // prompt + answer
+    const int64_t new_tokens = turns[k][0] - previous;
+    const int64_t computed = turns[k][0] - turns[k][1];
+    EXPECT_GT(turns[k][1], 0) << "turn " << k;
+    EXPECT_LE(computed, new_tokens + 64) << "turn " << k << ": " << r.err;
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace

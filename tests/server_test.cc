@@ -987,3 +987,45 @@ TEST_F(ServerTest, GenerationConfigDefaults) {
 
 }  // namespace
 }  // namespace moeserve
+
+namespace moeserve {
+namespace {
+
+// A conversation through /v1/chat/completions on the default model (hybrid; trained, so its
+// answers re-render as the tokens it generated): each turn's usage.prompt_tokens_details
+// .cached_tokens shows it resumed where the previous answer ended, so it computed only its new
+// tokens plus < 64.
+TEST_F(ServerTest, FollowUpChatTurnsAreServedFromThePrefixCache) {
+  e2e::ServerProcess server({}, *dir_ / "serve_default_model.err");
+  ASSERT_TRUE(server.ok()) << server.log();
+  httplib::Client c("127.0.0.1", server.port());
+  c.set_read_timeout(120, 0);
+  const auto chat = [&](const json& messages, int max_tokens) {
+    const json body = {{"messages", messages}, {"max_tokens", max_tokens}, {"temperature", 0}};
+    auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+    return r && r->status == 200 ? json::parse(r->body) : json();
+  };
+  json messages = json::array();
+  int64_t previous = 0;  // the last turn's prompt + answer tokens
+  for (const char* text : {"Tell me a story about a cat.", "And then what happened next?",
+                           "Why did the cat do that?"}) {
+    SCOPED_TRACE(text);
+    messages.push_back({{"role", "user"}, {"content", text}});
+    const json r = chat(messages, 60);
+    ASSERT_TRUE(r.contains("usage")) << r.dump();
+    const int64_t prompt = r["usage"]["prompt_tokens"].get<int64_t>();
+    const int64_t cached = r["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
+    if (previous == 0) {
+      EXPECT_EQ(cached, 0);
+    } else {
+      EXPECT_GT(cached, 0) << r.dump();
+      EXPECT_LE(prompt - cached, prompt - previous + 64) << r.dump();
+    }
+    previous = prompt + r["usage"]["completion_tokens"].get<int64_t>();
+    messages.push_back({{"role", "assistant"}, {"content", r["choices"][0]["message"]["content"]}});
+  }
+}
+
+}  // namespace
+}  // namespace moeserve
