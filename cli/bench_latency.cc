@@ -30,6 +30,7 @@ struct Options {
   int64_t seed = 0;
   std::string json_file;
   bool max_num_seqs_given = false;  // --max-num-seqs was on the command line
+  int64_t turns = 1;                // > 1: a conversation instead of batches
 };
 
 struct RunResult {
@@ -126,6 +127,53 @@ Result<RunResult> RunBatch(model::ModelGroup& group, const engine::EngineConfig&
   return r;
 }
 
+// One turn of a conversation: its prompt, what the prefix cache supplied, its time to first token.
+struct TurnResult {
+  int64_t prompt_tokens = 0, cached_tokens = 0;
+  double ttft_ms = 0;
+};
+
+// A conversation of `turns` turns through one engine, one request at a time: turn k's prompt is
+// turn k - 1's prompt and output plus input_len new random ids, and it generates output_len
+// tokens (greedy, ignore_eos). With prefix caching each turn resumes where the last one ended.
+Result<std::vector<TurnResult>> RunConversation(model::ModelGroup& group,
+                                                const engine::EngineConfig& config, int64_t turns,
+                                                int64_t input_len, int64_t output_len,
+                                                int64_t seed) {
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine, CreateEngine(group, config));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  engine::SamplingParams params;
+  params.temperature = 0;
+  params.max_tokens = output_len;
+  params.ignore_eos = true;
+  std::vector<int32_t> conversation;
+  std::vector<TurnResult> results;
+  for (int64_t turn = 0; turn < turns; ++turn) {
+    for (int64_t i = 0; i < input_len; ++i) {
+      conversation.push_back(static_cast<int32_t>(rng() % group.model().config().vocab_size));
+    }
+    TurnResult t{static_cast<int64_t>(conversation.size()), 0, 0};
+    Stopwatch watch;
+    ASSIGN_OR_RETURN(const int64_t id, engine->AddRequest(conversation, params));
+    while (engine->HasUnfinished()) {
+      RETURN_IF_ERROR(StepEngine(*engine).status());
+      if (t.ttft_ms == 0 && !engine->Find(id)->output_token_ids.empty()) {
+        t.ttft_ms = watch.ElapsedMillis();
+      }
+    }
+    const engine::Request* r = engine->Find(id);
+    t.cached_tokens = r->num_cached_tokens;
+    conversation.insert(conversation.end(), r->output_token_ids.begin(),
+                        r->output_token_ids.end());
+    engine->Release(id);
+    results.push_back(t);
+  }
+  return results;
+}
+
+int RunTurns(const Options& o, model::ModelGroup& group, const engine::EngineConfig& config,
+             double roofline, double bandwidth);
+
 int Run(const Options& o) {
   for (Status s : {o.model.Validate(), o.engine.Validate()}) {
     if (!s.ok()) return UsageError(kCommand, s);
@@ -147,7 +195,10 @@ int Run(const Options& o) {
     return UsageError(kCommand, InvalidArgument("--max-num-seqs {} is below --batch-size {}",
                                                 config.max_num_seqs, max_batch));
   }
-  const int64_t request_len = o.input_len + o.output_len;
+  if (o.turns < 1 || o.turns > 1000) {
+    return UsageError(kCommand, InvalidArgument("--turns must be in [1, 1000]"));
+  }
+  const int64_t request_len = o.turns * (o.input_len + o.output_len);
   if (config.max_model_len == 0) {
     config.max_model_len = request_len;
   } else if (config.max_model_len < request_len) {
@@ -198,6 +249,7 @@ int Run(const Options& o) {
     return sized;
   };
   // A short warm-up run (page faults, caches), then the measured ones.
+  if (o.turns > 1) return RunTurns(o, group, config_for(1), roofline, bandwidth);
   if (Result<RunResult> warm =
           RunBatch(group, config_for(1), 1, std::min<int64_t>(o.input_len, 16), 4, o.seed);
       !warm.ok()) {
@@ -316,6 +368,60 @@ int Run(const Options& o) {
   return 0;
 }
 
+// --turns: the conversation with the engine as configured and, when that caches prefixes, again
+// without, turn by turn: prompt, cached tokens, TTFT of each.
+int RunTurns(const Options& o, model::ModelGroup& group, const engine::EngineConfig& config,
+             double roofline, double bandwidth) {
+  std::vector<std::vector<TurnResult>> runs;
+  std::vector<engine::EngineConfig> configs = {config};
+  if (config.enable_prefix_caching) {
+    configs.push_back(config);
+    configs.back().enable_prefix_caching = false;
+  }
+  for (const engine::EngineConfig& c : configs) {
+    Result<std::vector<TurnResult>> run =
+        RunConversation(group, c, o.turns, o.input_len, o.output_len, o.seed);
+    if (!run.ok()) return InputOrRuntimeError(kCommand, run.status());
+    runs.push_back(std::move(*run));
+  }
+  const io::ModelConfig& c = group.model().config();
+  fmt::print("model            {} ({} threads)\n", c.architecture_name,
+             group.model().pool().num_threads());
+  fmt::print("bandwidth        {:.1f} GB/s, roofline {:.1f} tokens/s (measured in this run)\n",
+             bandwidth, roofline);
+  fmt::print("conversation     {} turns, each +{} tokens in, {} out\n\n", o.turns, o.input_len,
+             o.output_len);
+  const bool compare = runs.size() == 2;
+  fmt::print("{:>4} {:>7} {:>7} {:>12}{}\n", "turn", "prompt", "cached", "TTFT ms",
+             compare ? fmt::format(" {:>16} {:>7}", "TTFT ms uncached", "ratio") : "");
+  for (int64_t t = 0; t < o.turns; ++t) {
+    const TurnResult& r = runs[0][t];
+    fmt::print("{:>4} {:>7} {:>7} {:>12.1f}{}\n", t + 1, r.prompt_tokens, r.cached_tokens,
+               r.ttft_ms,
+               compare ? fmt::format(" {:>16.1f} {:>7.3f}", runs[1][t].ttft_ms,
+                                     r.ttft_ms / runs[1][t].ttft_ms)
+                       : "");
+  }
+  if (!o.json_file.empty()) {
+    nlohmann::ordered_json j;
+    j["model"] = c.architecture_name;
+    j["bandwidth_gbs"] = bandwidth;
+    j["turns"] = nlohmann::ordered_json::array();
+    for (int64_t t = 0; t < o.turns; ++t) {
+      nlohmann::ordered_json turn = {{"prompt_tokens", runs[0][t].prompt_tokens},
+                                     {"cached_tokens", runs[0][t].cached_tokens},
+                                     {"ttft_ms", runs[0][t].ttft_ms}};
+      if (compare) turn["ttft_ms_uncached"] = runs[1][t].ttft_ms;
+      j["turns"].push_back(turn);
+    }
+    std::FILE* f = std::fopen(o.json_file.c_str(), "w");
+    if (f == nullptr) return RuntimeError(kCommand, IoError("cannot write {}", o.json_file));
+    std::fputs((j.dump(2) + "\n").c_str(), f);
+    std::fclose(f);
+  }
+  return 0;
+}
+
 int RunLatency(const std::vector<std::string>& args) {
   Options o;
   FlagSet flags(
@@ -332,6 +438,9 @@ int RunLatency(const std::vector<std::string>& args) {
                "concurrent requests, a list allowed (1,4,8): one measured run each");
   flags.Int("seed", &o.seed, "seed of the random prompts");
   flags.String("json", &o.json_file, "also write the results as JSON to this file");
+  flags.Int("turns", &o.turns,
+            "> 1: a conversation of this many turns instead (each +input-len tokens in, "
+            "output-len out, batch 1): TTFT per turn, with and without prefix caching");
   if (std::optional<int> exit_code = ParseFlags(flags, args, kCommand)) return *exit_code;
   o.max_num_seqs_given = flags.WasSet("max-num-seqs");
   return Run(o);
