@@ -2,7 +2,7 @@
 // whose other ranks mirror every call on their own shard (shard.h) and cache.
 //
 // Rank 0 (the leader) runs the engine. Each call it makes here -- make the cache, reserve, reset
-// a state slot, a forward or an MTP forward over a batch -- is a command the other ranks execute
+// or copy a state slot, a forward or an MTP forward over a batch -- is a command the other ranks execute
 // with it, meeting in the layers' collectives:
 //   - `--comm local`: the ranks are threads of this process. The leader publishes a pointer to
 //     the command (no copy: the batch arrays are shared memory) and bumps a counter the
