@@ -559,22 +559,6 @@ TEST(EngineSpecTest, MtpNeedsAnMtpLayer) {
 
 // Greedy that still materializes every sampled row's logits (logprobs asked for), so vocab-
 // parallel ranks gather them and the trace can compare them.
-SamplingParams GreedyWithLogits(int64_t max_tokens) {
-  SamplingParams params = Greedy(max_tokens);
-  params.logprobs = 0;
-  return params;
-}
-
-std::unique_ptr<model::ModelGroup> LoadRanks(const std::string& dir, int tp, bool ep,
-                                             int64_t mc2_max_tokens = 0) {
-  model::LoadOptions options{.weight_dtype = std::nullopt, .threads = 1};
-  options.forward.mc2_max_tokens = mc2_max_tokens;
-  Result<std::unique_ptr<model::ModelGroup>> group = model::ModelGroup::Load(
-      dir, options, {.tp = tp, .ep = ep, .link = std::nullopt});
-  EXPECT_TRUE(group.ok()) << group.status().ToString();
-  return group.ok() ? std::move(*group) : nullptr;
-}
-
 // --tp 2, --tp 2 --ep and --tp 4 --ep (KV and GDN key heads replicated) through the whole engine:
 // eight requests of different lengths arriving one every 3 steps give the tokens of one rank,
 // their logits within 1e-5 relative; at each layout a request's logits are bit-identical alone

@@ -161,4 +161,23 @@ inline double MaxRelError(const std::vector<float>& a, const std::vector<float>&
   return diff / scale;
 }
 
+// Greedy, but through the sampler (logprobs): every rank holds the full logits rows, not only
+// the argmax pairs of plain greedy.
+inline SamplingParams GreedyWithLogits(int64_t max_tokens) {
+  SamplingParams params = Greedy(max_tokens);
+  params.logprobs = 0;
+  return params;
+}
+
+// `tp` local ranks (threads) over the model folder.
+inline std::unique_ptr<model::ModelGroup> LoadRanks(const std::string& dir, int tp, bool ep,
+                                             int64_t mc2_max_tokens = 0) {
+  model::LoadOptions options{.weight_dtype = std::nullopt, .threads = 1};
+  options.forward.mc2_max_tokens = mc2_max_tokens;
+  Result<std::unique_ptr<model::ModelGroup>> group = model::ModelGroup::Load(
+      dir, options, {.tp = tp, .ep = ep, .link = std::nullopt});
+  EXPECT_TRUE(group.ok()) << group.status().ToString();
+  return group.ok() ? std::move(*group) : nullptr;
+}
+
 }  // namespace moeserve::engine::test_util

@@ -205,5 +205,34 @@ TEST(HybridPrefixCacheTest, PreemptionAbortAndSharersMatchUncached) {
   }
 }
 
+// Over --tp 2 and --tp 2 --ep local ranks: the checkpoint copies run on every rank's shard of the
+// state, and a resumed request gives one rank's scratch tokens and logits (<= 1e-5).
+TEST(HybridPrefixCacheTest, ResumesOverRanks) {
+  auto lm = LoadModel(kHybridDir);
+  ASSERT_TRUE(lm);
+  const int64_t V = lm->config().vocab_size;
+  const std::vector<int32_t> common = RandomPrompt(200, 9, V);
+  const std::vector<int32_t> a = Concat(common, RandomPrompt(30, 1, V));
+  const std::vector<int32_t> b = Concat(common, RandomPrompt(21, 2, V));
+  auto one = Engine::Create(*lm, Uncached(256));
+  ASSERT_TRUE(one.ok());
+  const Trace want = RunAll(**one, {b}, 6, 0, nullptr, GreedyWithLogits(6))[0];
+  for (bool ep : {false, true}) {
+    SCOPED_TRACE(ep ? "--tp 2 --ep" : "--tp 2");
+    auto group = LoadRanks(kHybridDir, 2, ep);
+    ASSERT_TRUE(group);
+    auto engine = Engine::Create(*group, Cached(256));
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    RunAll(**engine, {a}, 3);
+    const Trace got = RunAll(**engine, {b}, 6, 0, nullptr, GreedyWithLogits(6))[0];
+    EXPECT_EQ((*engine)->cache_manager().prefix_cache_hits(), 192);
+    ASSERT_EQ(got.tokens, want.tokens);
+    for (size_t s = 0; s < want.logits.size(); ++s) {
+      EXPECT_LE(MaxRelError(got.logits[s], want.logits[s]), 1e-5) << "output " << s;
+    }
+    ExpectIdle(**engine);
+  }
+}
+
 }  // namespace
 }  // namespace moeserve::engine

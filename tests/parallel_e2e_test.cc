@@ -172,6 +172,38 @@ TEST_F(ParallelE2eTest, GenerateUnderMpirunGivesOneRanksTokens) {
   }
 }
 
+// Hybrid prefix caching under mpirun: requests sharing a long prefix run one after another
+// (--max-num-seqs 1), so each after the first resumes from a GDN state checkpoint -- copied on
+// both processes' shards -- and gives one process's tokens.
+TEST_F(ParallelE2eTest, PrefixCacheHitsUnderMpirunGiveOneRanksTokens) {
+  const fs::path file = *dir_ / "shared_prefix.jsonl";
+  std::string shared;
+  for (int i = 0; i < 20; ++i) shared += fmt::format("Line {} of a shared system prompt. ", i);
+  {
+    std::ofstream out(file);
+    for (int i = 0; i < 4; ++i) {
+      out << json{{"prompt", shared + fmt::format("Question {}?", i)},
+                  {"max_tokens", 8},
+                  {"temperature", 0},
+                  {"ignore_eos", true}}
+                 .dump()
+          << "\n";
+    }
+  }
+  const std::string args =
+      fmt::format("generate --prompts-file {} --json --max-num-seqs 1", file.string());
+  const e2e::CommandResult one = Run(args);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const e2e::CommandResult two = RunMpi(2, args + " --tp 2 --comm mpi");
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  const json a = json::parse(one.out), b = json::parse(two.out);
+  ASSERT_EQ(b["requests"].size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(b["requests"][i]["token_ids"], a["requests"][i]["token_ids"]) << "request " << i;
+    if (i > 0) EXPECT_GT(b["requests"][i]["num_cached_tokens"].get<int64_t>(), 0) << b.dump();
+  }
+}
+
 // The pid of rank `rank` of an mpirun job serving on `port` (its environment names the rank).
 pid_t RankServing(int port, int rank) {
   for (const auto& entry : fs::directory_iterator("/proc")) {
