@@ -22,8 +22,8 @@ void EngineFlags::Register(FlagSet& flags) {
              "do not reuse the KV blocks (and, for hybrid models, GDN state checkpoints) of "
              "common prompt prefixes");
   flags.Double("state-cache-memory", &config.state_cache_memory_gib,
-               "hybrid models' prefix caching: GiB of GDN state checkpoints (0: an eighth of the "
-               "memory available, at most 2)");
+               "hybrid models' prefix caching: GiB of GDN state checkpoints (0: a quarter of "
+               "the KV cache's, at most 2 and an eighth of the memory available)");
   flags.Int("state-checkpoint-interval", &config.state_checkpoint_interval,
             "hybrid models' prefix caching: a GDN state checkpoint every this many prompt "
             "tokens, besides the ends of prompts and outputs (a multiple of 64; 0: only those)");

@@ -996,7 +996,7 @@ namespace {
 // .cached_tokens shows it resumed where the previous answer ended, so it computed only its new
 // tokens plus < 64.
 TEST_F(ServerTest, FollowUpChatTurnsAreServedFromThePrefixCache) {
-  e2e::ServerProcess server({}, *dir_ / "serve_default_model.err");
+  e2e::ServerProcess server({"--served-model-name", "tiny"}, *dir_ / "serve_default_model.err");
   ASSERT_TRUE(server.ok()) << server.log();
   httplib::Client c("127.0.0.1", server.port());
   c.set_read_timeout(120, 0);
@@ -1008,6 +1008,7 @@ TEST_F(ServerTest, FollowUpChatTurnsAreServedFromThePrefixCache) {
   };
   json messages = json::array();
   int64_t previous = 0;  // the last turn's prompt + answer tokens
+  int64_t all_prompt = 0, all_cached = 0;
   for (const char* text : {"Tell me a story about a cat.", "And then what happened next?",
                            "Why did the cat do that?"}) {
     SCOPED_TRACE(text);
@@ -1023,8 +1024,16 @@ TEST_F(ServerTest, FollowUpChatTurnsAreServedFromThePrefixCache) {
       EXPECT_LE(prompt - cached, prompt - previous + 64) << r.dump();
     }
     previous = prompt + r["usage"]["completion_tokens"].get<int64_t>();
+    all_prompt += prompt;
+    all_cached += cached;
     messages.push_back({{"role", "assistant"}, {"content", r["choices"][0]["message"]["content"]}});
   }
+  // vLLM's counters count the hybrid model's hits as the usage reported them.
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m && m->status == 200);
+  const std::map<std::string, double> metrics = ParseMetrics(m->body);
+  EXPECT_EQ(Sample(metrics, "vllm:prefix_cache_queries_total"), all_prompt);
+  EXPECT_EQ(Sample(metrics, "vllm:prefix_cache_hits_total"), all_cached);
 }
 
 }  // namespace

@@ -129,6 +129,8 @@ test('completions.create (token-id prompt, greedy) equals moeserve generate', as
     prompt_tokens: PROMPT.length,
     completion_tokens: ref.token_ids.length,
     total_tokens: PROMPT.length + ref.token_ids.length,
+    // Shorter than a GDN state checkpoint's 64 tokens: nothing can come from the prefix cache.
+    prompt_tokens_details: { cached_tokens: 0 },
   }, 'usage');
   eq(ref.token_ids.length, 12, 'generate token count');
 });
@@ -180,6 +182,7 @@ test('chat.completions.create, non-stream and stream, equals moeserve generate',
   eq(whole.choices[0].finish_reason, 'length', 'finish_reason');
   eq(whole.usage, {
     prompt_tokens: ids.length, completion_tokens: 12, total_tokens: ids.length + 12,
+    prompt_tokens_details: { cached_tokens: 0 },
   }, 'usage');
 
   const stream = await client.chat.completions.create({
