@@ -26,7 +26,8 @@ void EngineFlags::Register(FlagSet& flags) {
                "the KV cache's, at most 2 and an eighth of the memory available)");
   flags.Int("state-checkpoint-interval", &config.state_checkpoint_interval,
             "hybrid models' prefix caching: a GDN state checkpoint every this many prompt "
-            "tokens, besides the ends of prompts and outputs (a multiple of 64; 0: only those)");
+            "tokens and at 64, 128, 256, ... below it, besides the ends of prompts and outputs "
+            "(a multiple of 64; 0: only those)");
   flags.Int("long-prefill-token-threshold", &config.long_prefill_token_threshold,
             "tokens of a prefill chunk, at most (0: no cap beyond --max-num-batched-tokens)");
   flags.String("spec", &spec,

@@ -374,13 +374,22 @@ void KvCacheManager::ReleaseRestore(Request& r) {
   }
 }
 
+int64_t KvCacheManager::NextPromptCheckpoint(int64_t pos) const {
+  const int64_t interval = config_.checkpoint_interval;
+  if (interval == 0) return INT64_MAX;
+  // Below the interval, the alignment times powers of two (short shared prefixes hit too, at
+  // few checkpoints per prompt); from there on, every interval.
+  for (int64_t p = config_.checkpoint_alignment; p < interval; p *= 2) {
+    if (p > pos) return p;
+  }
+  return (pos / interval + 1) * interval;
+}
+
 bool KvCacheManager::IsCheckpointPosition(const Request& r, int64_t pos) const {
   if (pos <= 0 || pos % config_.checkpoint_alignment != 0) return false;
   const int64_t prompt = r.num_prompt_tokens();
   return pos == prompt / config_.checkpoint_alignment * config_.checkpoint_alignment ||
-         (config_.checkpoint_interval > 0 && pos % config_.checkpoint_interval == 0 &&
-          pos < prompt) ||
-         pos > prompt;
+         (pos < prompt && NextPromptCheckpoint(pos - 1) == pos) || pos > prompt;
 }
 
 int64_t KvCacheManager::CheckpointChunkEnd(const Request& r, int64_t first_pos,
@@ -389,11 +398,7 @@ int64_t KvCacheManager::CheckpointChunkEnd(const Request& r, int64_t first_pos,
   const int64_t align = config_.checkpoint_alignment;
   const int64_t junction = r.num_prompt_tokens() / align * align;
   if (junction > first_pos && junction < end) end = junction;
-  if (config_.checkpoint_interval > 0) {
-    const int64_t next = (first_pos / config_.checkpoint_interval + 1) * config_.checkpoint_interval;
-    if (next < end) end = next;
-  }
-  return end;
+  return std::min(end, NextPromptCheckpoint(first_pos));
 }
 
 bool KvCacheManager::MaybeCheckpoint(Request& r, int64_t state_pos) {

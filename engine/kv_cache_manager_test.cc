@@ -637,22 +637,23 @@ class CheckpointTest : public KvCacheManagerTest {
 TEST_F(CheckpointTest, PrefillStopsAtTheJunctionAndIntervalsAndCheckpointsThere) {
   KvCacheManager& cache = Make(HybridConfig(64, 8, /*interval=*/128));
   Request& a = NewRequest(Seq(0, 300));
-  EXPECT_EQ(cache.CheckpointChunkEnd(a, 0, 300), 128);    // interval
+  EXPECT_EQ(cache.CheckpointChunkEnd(a, 0, 300), 64);     // 64 * 2^k below the interval
+  EXPECT_EQ(cache.CheckpointChunkEnd(a, 64, 300), 128);   // interval
   EXPECT_EQ(cache.CheckpointChunkEnd(a, 128, 300), 256);  // interval and junction (floor 300)
   EXPECT_EQ(cache.CheckpointChunkEnd(a, 256, 300), 300);
   EXPECT_EQ(ChunkedPrefill(a), 0);
   const std::vector<StateCopy> copies = TakeCopies();
-  ASSERT_EQ(copies.size(), 2u);  // at 128 and 256, from a's slot into checkpoint slots 4, 5
+  ASSERT_EQ(copies.size(), 3u);  // at 64, 128 and 256, from a's slot into checkpoint slots
   EXPECT_EQ(copies[0].from, a.state_slot);
   EXPECT_GE(copies[0].to, 4);
-  EXPECT_EQ(cache.num_checkpoints(), 2);
+  EXPECT_EQ(cache.num_checkpoints(), 3);
 
   // The same prompt again resumes at 256; one diverging at 200 resumes at 128.
   Request& same = NewRequest(Seq(0, 300));
   EXPECT_EQ(ChunkedPrefill(same), 256);
   Request& shorter = NewRequest(Concat({Seq(0, 200), Seq(1000, 50)}));
   EXPECT_EQ(cache.TakeCachedPrefix(shorter), 128);
-  EXPECT_EQ(shorter.restore_state_slot, copies[0].to);
+  EXPECT_EQ(shorter.restore_state_slot, copies[1].to);
   EXPECT_EQ(cache.num_pinned_checkpoints(), 1);
   cache.Free(shorter);
   EXPECT_EQ(cache.num_pinned_checkpoints(), 0);
