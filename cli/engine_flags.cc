@@ -22,12 +22,13 @@ void EngineFlags::Register(FlagSet& flags) {
              "do not reuse the KV blocks (and, for hybrid models, GDN state checkpoints) of "
              "common prompt prefixes");
   flags.Double("state-cache-memory", &config.state_cache_memory_gib,
-               "hybrid models' prefix caching: GiB of GDN state checkpoints (0: a quarter of "
-               "the KV cache's, at most 2 and an eighth of the memory available)");
+               "hybrid models' prefix caching: GiB of GDN state checkpoints (0: one per 256 KV "
+               "cache positions, at least 16, in at most 2 GiB and an eighth of the memory "
+               "available)");
   flags.Int("state-checkpoint-interval", &config.state_checkpoint_interval,
             "hybrid models' prefix caching: a GDN state checkpoint every this many prompt "
-            "tokens and at 64, 128, 256, ... below it, besides the ends of prompts and outputs "
-            "(a multiple of 64; 0: only those)");
+            "tokens, besides the ends of prompts and outputs and where shared prefixes "
+            "diverge (a multiple of 64; 0: only those)");
   flags.Int("long-prefill-token-threshold", &config.long_prefill_token_threshold,
             "tokens of a prefill chunk, at most (0: no cap beyond --max-num-batched-tokens)");
   flags.String("spec", &spec,
@@ -93,8 +94,8 @@ Result<std::unique_ptr<engine::Engine>> CreateEngine(model::ModelGroup& group,
       : l.state_slot_bytes == 0 ? std::string("on")
                                 : fmt::format("on: {} GDN state checkpoints of {:.2f} MiB "
                                               "({:.1f} MiB; {:.1f} KiB of KV per cached token), "
-                                              "every {} prompt tokens and at prompt and "
-                                              "output ends",
+                                              "at prompt and output ends, shared prefixes' "
+                                              "junctions and every {} prompt tokens",
                                               l.num_checkpoints, l.state_slot_bytes / 1048576.0,
                                               l.num_checkpoints * l.state_slot_bytes / 1048576.0,
                                               l.kv_bytes / 1024.0 / (l.num_blocks * l.block_size),

@@ -139,16 +139,20 @@ Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig&
         e.state_checkpoint_interval == 0
             ? 0
             : std::lcm(e.state_checkpoint_interval, l.checkpoint_alignment);
-    // Default: a quarter of the KV cache's memory (checkpoints make its cached prefixes usable;
-    // more would outnumber them), at most 2 GiB and an eighth of the memory available.
-    const double budget =
-        e.state_cache_memory_gib > 0
-            ? e.state_cache_memory_gib * kGiB
-            : std::min({kDefaultStateCacheGiB * kGiB, static_cast<double>(l.kv_bytes) / 4,
-                        static_cast<double>(AvailableMemoryBytes()) / 8});
+    const int64_t positions = l.num_blocks * l.block_size;
+    if (e.state_cache_memory_gib > 0) {
+      l.num_checkpoints = static_cast<int64_t>(e.state_cache_memory_gib * kGiB / l.state_slot_bytes);
+    } else {
+      // Default: one checkpoint per 256 positions the KV pool holds (a prompt takes a few: its
+      // end, 64 / 128 / 256 ... and each interval, its output's end), at least 16, in at most
+      // 2 GiB and an eighth of the memory available.
+      const double budget = std::min(kDefaultStateCacheGiB * kGiB,
+                                     static_cast<double>(AvailableMemoryBytes()) / 8);
+      l.num_checkpoints = std::min(static_cast<int64_t>(budget / l.state_slot_bytes),
+                                   std::max<int64_t>(positions / 256, 16));
+    }
     // More checkpoints than aligned positions in the KV pool could never be attached.
-    const int64_t most = l.num_blocks * l.block_size / l.checkpoint_alignment;
-    l.num_checkpoints = std::min(static_cast<int64_t>(budget / l.state_slot_bytes), most);
+    l.num_checkpoints = std::min(l.num_checkpoints, positions / l.checkpoint_alignment);
   }
   return l;
 }

@@ -33,10 +33,10 @@ struct EngineConfig {
   double kv_cache_memory_gib = 0;   // 0: enough for max_num_seqs full-length requests, <= 4 GiB
   int64_t block_size = 16;
   bool enable_prefix_caching = true;
-  // Hybrid models' prefix caching: the GDN state checkpoints' memory (GiB, per rank; 0: a
-  // quarter of the KV cache's, at most kDefaultStateCacheGiB and an eighth of the memory
-  // available at start) and the prompt interval between checkpoints (a multiple of 64; 0: only
-  // at prompt and output ends).
+  // Hybrid models' prefix caching: the GDN state checkpoints' memory (GiB, per rank; 0: one
+  // checkpoint per 256 KV positions, at least 16, in at most kDefaultStateCacheGiB and an
+  // eighth of the memory available at start) and the prompt interval between checkpoints (a
+  // multiple of 64; 0: only at prompt and output ends).
   double state_cache_memory_gib = 0;
   int64_t state_checkpoint_interval = kDefaultStateCheckpointInterval;
   int64_t long_prefill_token_threshold = 0;

@@ -290,6 +290,13 @@ int64_t KvCacheManager::TakeCachedPrefix(Request& r) {
       }
     }
   }
+  if (hybrid) {
+    // The cached chain went on past the last checkpoint on it: another request shares this
+    // prefix and diverged there. A checkpoint at that junction lets the next sharer resume.
+    const int64_t chain = static_cast<int64_t>(r.block_ids.size()) * config_.block_size;
+    const int64_t junction = chain / config_.checkpoint_alignment * config_.checkpoint_alignment;
+    r.shared_prefix_junction = junction > usable_blocks * config_.block_size ? junction : 0;
+  }
   r.block_ids.resize(usable_blocks);
   for (int32_t id : r.block_ids) Touch(id);
   if (hybrid && usable_blocks > 0) {
@@ -374,31 +381,26 @@ void KvCacheManager::ReleaseRestore(Request& r) {
   }
 }
 
-int64_t KvCacheManager::NextPromptCheckpoint(int64_t pos) const {
-  const int64_t interval = config_.checkpoint_interval;
-  if (interval == 0) return INT64_MAX;
-  // Below the interval, the alignment times powers of two (short shared prefixes hit too, at
-  // few checkpoints per prompt); from there on, every interval.
-  for (int64_t p = config_.checkpoint_alignment; p < interval; p *= 2) {
-    if (p > pos) return p;
-  }
-  return (pos / interval + 1) * interval;
-}
-
 bool KvCacheManager::IsCheckpointPosition(const Request& r, int64_t pos) const {
   if (pos <= 0 || pos % config_.checkpoint_alignment != 0) return false;
   const int64_t prompt = r.num_prompt_tokens();
+  const int64_t interval = config_.checkpoint_interval;
   return pos == prompt / config_.checkpoint_alignment * config_.checkpoint_alignment ||
-         (pos < prompt && NextPromptCheckpoint(pos - 1) == pos) || pos > prompt;
+         pos == r.shared_prefix_junction || (interval > 0 && pos % interval == 0 && pos < prompt) ||
+         pos > prompt;
 }
 
 int64_t KvCacheManager::CheckpointChunkEnd(const Request& r, int64_t first_pos,
                                            int64_t end) const {
   if (config_.num_checkpoints == 0 || r.skip_prefix_cache) return end;
   const int64_t align = config_.checkpoint_alignment;
-  const int64_t junction = r.num_prompt_tokens() / align * align;
-  if (junction > first_pos && junction < end) end = junction;
-  return std::min(end, NextPromptCheckpoint(first_pos));
+  for (const int64_t junction : {r.num_prompt_tokens() / align * align, r.shared_prefix_junction}) {
+    if (junction > first_pos && junction < end) end = junction;
+  }
+  if (config_.checkpoint_interval > 0) {
+    end = std::min(end, (first_pos / config_.checkpoint_interval + 1) * config_.checkpoint_interval);
+  }
+  return end;
 }
 
 bool KvCacheManager::MaybeCheckpoint(Request& r, int64_t state_pos) {

@@ -15,8 +15,9 @@
 // positions are multiples of the checkpoint alignment (the GDN chunk, 64, and the block size),
 // so a resumed prefill runs exactly the chunks an uncached one runs. They are taken at the end
 // of a prompt (floor-aligned: where a follow-up turn or another request with the same system
-// prompt diverges), in a prompt at 64, 128, 256, ... below checkpoint_interval and every
-// checkpoint_interval tokens from there, and at the end of an output
+// prompt diverges), where a lookup found the cached chain going on past its last checkpoint
+// (another request shares the prefix and diverged there: the next sharer resumes at this
+// junction), every checkpoint_interval tokens of a prompt, and at the end of an output
 // (the latest aligned position reached while decoding). A lookup takes the longest chain of
 // cached blocks that ends at a checkpoint. Checkpoints are evicted LRU in their own budget, and
 // with the block they are attached to; one being restored from is pinned.
@@ -46,9 +47,7 @@ struct KvCacheConfig {
   // model state slot num_state_slots + c.
   int64_t num_checkpoints = 0;
   int64_t checkpoint_alignment = 64;  // a multiple of block_size and of the GDN chunk
-  // Also in prompts: every this many tokens, and below it at the alignment times 1, 2, 4, ...
-  // (0: none).
-  int64_t checkpoint_interval = 0;
+  int64_t checkpoint_interval = 0;  // also every this many prompt tokens (0: none)
   // MTP speculative decoding: the MTP layer's KV at p - 1 pairs the hidden state at p - 1 with
   // the token at p, so a checkpoint at p also matches only requests with the same token at p.
   bool checkpoint_keys_next_token = false;
@@ -173,8 +172,6 @@ class KvCacheManager {
   // Detaches a checkpoint from its block and frees it (a pinned one is freed when unpinned).
   void DropCheckpoint(int32_t c);
   bool IsCheckpointPosition(const Request& r, int64_t pos) const;
-  // The first prompt checkpoint position after `pos` by the interval schedule (INT64_MAX: none).
-  int64_t NextPromptCheckpoint(int64_t pos) const;
 
   // Free queue: a doubly linked list threaded through blocks_, head = next to hand out.
   void PushFreeTail(int32_t id);

@@ -637,27 +637,45 @@ class CheckpointTest : public KvCacheManagerTest {
 TEST_F(CheckpointTest, PrefillStopsAtTheJunctionAndIntervalsAndCheckpointsThere) {
   KvCacheManager& cache = Make(HybridConfig(64, 8, /*interval=*/128));
   Request& a = NewRequest(Seq(0, 300));
-  EXPECT_EQ(cache.CheckpointChunkEnd(a, 0, 300), 64);     // 64 * 2^k below the interval
-  EXPECT_EQ(cache.CheckpointChunkEnd(a, 64, 300), 128);   // interval
+  EXPECT_EQ(cache.CheckpointChunkEnd(a, 0, 300), 128);    // interval
   EXPECT_EQ(cache.CheckpointChunkEnd(a, 128, 300), 256);  // interval and junction (floor 300)
   EXPECT_EQ(cache.CheckpointChunkEnd(a, 256, 300), 300);
   EXPECT_EQ(ChunkedPrefill(a), 0);
   const std::vector<StateCopy> copies = TakeCopies();
-  ASSERT_EQ(copies.size(), 3u);  // at 64, 128 and 256, from a's slot into checkpoint slots
+  ASSERT_EQ(copies.size(), 2u);  // at 128 and 256, from a's slot into checkpoint slots
   EXPECT_EQ(copies[0].from, a.state_slot);
   EXPECT_GE(copies[0].to, 4);
-  EXPECT_EQ(cache.num_checkpoints(), 3);
+  EXPECT_EQ(cache.num_checkpoints(), 2);
 
   // The same prompt again resumes at 256; one diverging at 200 resumes at 128.
   Request& same = NewRequest(Seq(0, 300));
   EXPECT_EQ(ChunkedPrefill(same), 256);
   Request& shorter = NewRequest(Concat({Seq(0, 200), Seq(1000, 50)}));
   EXPECT_EQ(cache.TakeCachedPrefix(shorter), 128);
-  EXPECT_EQ(shorter.restore_state_slot, copies[1].to);
+  EXPECT_EQ(shorter.restore_state_slot, copies[0].to);
   EXPECT_EQ(cache.num_pinned_checkpoints(), 1);
   cache.Free(shorter);
   EXPECT_EQ(cache.num_pinned_checkpoints(), 0);
   for (Request* r : {&a, &same}) cache.Free(*r);
+}
+
+// A second request sharing 100 tokens with the first finds their blocks but no checkpoint on
+// them (the first one's junction is past the divergence): it takes one at 64, where the shared
+// part ends, and a third sharer resumes there.
+TEST_F(CheckpointTest, ASecondSharerCheckpointsWhereThePrefixDiverges) {
+  KvCacheManager& cache = Make(HybridConfig(64, 8));
+  Request& a = NewRequest(Concat({Seq(0, 100), Seq(1000, 50)}));
+  EXPECT_EQ(ChunkedPrefill(a), 0);  // checkpoint at 128 (its own junction)
+  Request& b = NewRequest(Concat({Seq(0, 100), Seq(2000, 30)}));
+  EXPECT_EQ(cache.TakeCachedPrefix(b), 0);
+  EXPECT_EQ(b.shared_prefix_junction, 64);  // 96 tokens of cached blocks, aligned down
+  EXPECT_EQ(cache.CheckpointChunkEnd(b, 0, 130), 64);
+  cache.Free(b);
+  EXPECT_EQ(ChunkedPrefill(b), 0);
+  Request& c = NewRequest(Concat({Seq(0, 100), Seq(3000, 20)}));
+  EXPECT_EQ(ChunkedPrefill(c), 64);
+  TakeCopies();
+  for (Request* r : {&a, &b, &c}) cache.Free(*r);
 }
 
 TEST_F(CheckpointTest, OutputEndReplacesTheRequestsEarlierOutputCheckpoint) {

@@ -97,6 +97,9 @@ struct Request {
   // the next aligned position, the newer one replaces it (only the end of an output is kept).
   int32_t output_checkpoint = -1;
   uint64_t output_checkpoint_generation = 0;
+  // Where the cached chain its lookup found went on past the last checkpoint (aligned down; 0:
+  // it did not): another request shares the prefix up to there, so a checkpoint is taken there.
+  int64_t shared_prefix_junction = 0;
 
   // Speculative decoding: the drafts proposed after the last step, verified by the next one
   // (not part of the token history until accepted), and the acceptance counts so far.
