@@ -143,9 +143,9 @@ Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig&
     if (e.state_cache_memory_gib > 0) {
       l.num_checkpoints = static_cast<int64_t>(e.state_cache_memory_gib * kGiB / l.state_slot_bytes);
     } else {
-      // Default: one checkpoint per 256 positions the KV pool holds (a prompt takes a few: its
-      // end, 64 / 128 / 256 ... and each interval, its output's end), at least 16, in at most
-      // 2 GiB and an eighth of the memory available.
+      // Default: one checkpoint per 256 positions the KV pool holds (a request takes a few: its
+      // prompt's end, a shared prefix's junction, each interval, its output's end), at least
+      // 16, in at most 2 GiB and an eighth of the memory available.
       const double budget = std::min(kDefaultStateCacheGiB * kGiB,
                                      static_cast<double>(AvailableMemoryBytes()) / 8);
       l.num_checkpoints = std::min(static_cast<int64_t>(budget / l.state_slot_bytes),
