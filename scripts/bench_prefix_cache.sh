@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The prefix-caching benchmarks of docs/performance.md, by hand (minutes on 2 cores):
 #   scripts/bench_prefix_cache.sh [MODEL_DIR] [OUT_DIR]
-# MODEL_DIR defaults to a bench preset made by make-model in /tmp/moeserve-bench.
+# MODEL_DIR defaults to a bench preset made by make-model in /tmp/moeserve-bench. SKIP_TURNS=1
+# skips part 1; PROMPTS (8) sets the requests of each bench serve run.
 #  1. an 8-turn conversation (each turn +250 tokens in, 64 out): TTFT per turn with and without
 #     prefix caching (`bench latency --turns`);
 #  2. `bench serve` against `serve` with and without caching: a shared random prefix of
@@ -17,9 +18,11 @@ PROMPTS=${PROMPTS:-8}
 mkdir -p "$OUT"
 [[ -f "$MODEL/config.json" ]] || "$BIN" make-model --preset bench --out "$MODEL"
 
-echo "== 8-turn conversation" >&2
-"$BIN" bench latency --model "$MODEL" --turns 8 --input-len 250 --output-len 64 \
-  --json "$OUT/turns.json" 2>/dev/null | tail -n +4
+if [[ "${SKIP_TURNS:-0}" != 1 ]]; then
+  echo "== 8-turn conversation" >&2
+  "$BIN" bench latency --model "$MODEL" --turns 8 --input-len 250 --output-len 64 \
+    --json "$OUT/turns.json" 2>/dev/null | tail -n +4
+fi
 
 metric() {  # name
   curl -s "http://127.0.0.1:$PORT/metrics" | awk -v n="$1" 'index($0, n "{") == 1 {print $2}'
