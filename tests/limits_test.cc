@@ -193,11 +193,19 @@ TEST(LimitsTest, ShutdownTimeoutLetsRequestsInFlightFinish) {
 TEST(LimitsTest, BadBoundsAreUsageErrors) {
   for (const std::string flag :
        {"--max-waiting-requests -1", "--shutdown-timeout -1", "--shutdown-timeout 99999999",
-        "--mc2-max-tokens -5", "--tp 0", "--tp 99999"}) {
+        "--mc2-max-tokens -5", "--tp 0", "--tp 99999", "--state-cache-memory -1",
+        "--state-cache-memory 1e300", "--state-cache-memory nan", "--state-checkpoint-interval 100",
+        "--state-checkpoint-interval -64", "--state-checkpoint-interval 99999999999999999999"}) {
     const e2e::CommandResult r =
         e2e::RunMoeserve("serve " + flag, fs::temp_directory_path() / "limits_usage.err");
     EXPECT_EQ(r.exit_code, 2) << flag;
     EXPECT_NE(r.err.find(flag.substr(0, flag.find(' '))), std::string::npos) << flag << ": " << r.err;
+  }
+  for (const std::string flag : {"--turns 0", "--turns 1001", "--turns -3"}) {
+    const e2e::CommandResult r = e2e::RunMoeserve("bench latency " + flag,
+                                                  fs::temp_directory_path() / "limits_usage.err");
+    EXPECT_EQ(r.exit_code, 2) << flag;
+    EXPECT_NE(r.err.find("--turns"), std::string::npos) << flag << ": " << r.err;
   }
 }
 
