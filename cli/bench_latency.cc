@@ -8,11 +8,13 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "cli/ablation.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/model_flags.h"
 #include "core/check.h"
 #include "core/timer.h"
+#include "kernels/isa.h"
 #include "kernels/memory_bandwidth.h"
 #include "model/checkpoint_layout.h"
 
@@ -31,6 +33,13 @@ struct Options {
   std::string json_file;
   bool max_num_seqs_given = false;  // --max-num-seqs was on the command line
   int64_t turns = 1;                // > 1: a conversation instead of batches
+  bool ablation = false;            // --ablation
+};
+
+// --ablation: one optimization off, its TPOT and the change against everything on.
+struct AblationRow {
+  std::string optimization, flag;
+  double tpot_ms = 0, change_pct = 0;
 };
 
 struct RunResult {
@@ -198,6 +207,9 @@ int Run(const Options& o) {
   if (o.turns < 1 || o.turns > 1000) {
     return UsageError(kCommand, InvalidArgument("--turns must be in [1, 1000]"));
   }
+  if (o.turns > 1 && o.ablation) {
+    return UsageError(kCommand, InvalidArgument("--ablation measures batches, not --turns"));
+  }
   const int64_t request_len = o.turns * (o.input_len + o.output_len);
   if (config.max_model_len == 0) {
     config.max_model_len = request_len;
@@ -225,13 +237,17 @@ int Run(const Options& o) {
                                                 c.max_position_embeddings));
   }
 
-  // Weight bytes one decoded token reads as loaded: matrices in the weight dtype, vectors f32.
-  const size_t matrix_size = DTypeSize(lm.weights().matrix_dtype);
+  // Weight bytes one decoded token reads as loaded: matrices as --weight-dtype stores each
+  // (packed formats with their scales), vectors f32.
+  const model::ModelWeights& weights = lm.weights();
   const model::ModelStats stats =
       model::ComputeModelStats(c, [&](const model::CheckpointTensor& t) {
-        return t.kind == model::TensorKind::kLinear || t.kind == model::TensorKind::kEmbedding
-                   ? matrix_size
-                   : sizeof(float);
+        if (t.kind != model::TensorKind::kLinear && t.kind != model::TensorKind::kEmbedding) {
+          return static_cast<double>(sizeof(float));
+        }
+        const int64_t cols = t.shape.back();
+        return model::BytesPerWeight(
+            model::MatrixDType(weights.matrix_dtype, weights.base_dtype, t.role, cols), cols);
       });
   // Measured with as many threads as the ranks here compute with.
   ThreadPool bandwidth_pool(static_cast<size_t>(threads_here));
@@ -243,21 +259,21 @@ int Run(const Options& o) {
 
   // Unless given, --max-num-seqs is the batch size: GDN state slots and the runner's rows are
   // sized for it.
-  const auto config_for = [&](int64_t batch) {
-    engine::EngineConfig sized = config;
+  const auto config_for = [&](int64_t batch, const engine::EngineConfig& base) {
+    engine::EngineConfig sized = base;
     if (!o.max_num_seqs_given) sized.max_num_seqs = batch;
     return sized;
   };
   // A short warm-up run (page faults, caches), then the measured ones.
-  if (o.turns > 1) return RunTurns(o, group, config_for(1), roofline, bandwidth);
+  if (o.turns > 1) return RunTurns(o, group, config_for(1, config), roofline, bandwidth);
   if (Result<RunResult> warm =
-          RunBatch(group, config_for(1), 1, std::min<int64_t>(o.input_len, 16), 4, o.seed);
+          RunBatch(group, config_for(1, config), 1, std::min<int64_t>(o.input_len, 16), 4, o.seed);
       !warm.ok()) {
     return InputOrRuntimeError(kCommand, warm.status());
   }
   std::vector<RunResult> runs;
   for (int32_t b : *batches) {
-    Result<RunResult> run = RunBatch(group, config_for(b), b, o.input_len, o.output_len, o.seed);
+    Result<RunResult> run = RunBatch(group, config_for(b, config), b, o.input_len, o.output_len, o.seed);
     if (!run.ok()) {
       return InputOrRuntimeError(kCommand,
                                  run.status().WithContext(fmt::format("batch size {}", b)));
@@ -267,8 +283,39 @@ int Run(const Options& o) {
     runs.push_back(*run);
   }
 
-  fmt::print("model            {} ({} weights, {} threads{})\n", c.architecture_name,
-             DTypeName(lm.weights().matrix_dtype), threads_here,
+  // --ablation at the first batch size: each optimization off in turn, then everything on
+  // again; the baseline is the mean of the two runs with everything on (the first is the run
+  // above), so a drift of the machine over the ablation shows as their spread.
+  std::vector<AblationRow> ablation;
+  double baseline_first = 0, baseline_last = 0;
+  if (o.ablation) {
+    const int64_t b = batches->front();
+    const RunSwitches on{lm.forward_options(), config};
+    const auto tpot_of = [&](const RunSwitches& s) -> Result<double> {
+      group.SetForwardOptions(s.forward);
+      Result<RunResult> run =
+          RunBatch(group, config_for(b, s.engine), b, o.input_len, o.output_len, o.seed);
+      group.SetForwardOptions(on.forward);
+      if (!run.ok()) return run.status();
+      return run->tpot_ms;
+    };
+    baseline_first = runs.front().tpot_ms;
+    for (const Optimization& opt : AblatableOptimizations(on, c, group.size(), o.model.ep)) {
+      Result<double> tpot = tpot_of(opt.off(on));
+      if (!tpot.ok()) {
+        return InputOrRuntimeError(kCommand, tpot.status().WithContext("--ablation: " + opt.name));
+      }
+      ablation.push_back({opt.name, opt.flag, *tpot, 0});
+    }
+    Result<double> again = tpot_of(on);
+    if (!again.ok()) return InputOrRuntimeError(kCommand, again.status());
+    baseline_last = *again;
+    const double baseline = (baseline_first + baseline_last) / 2;
+    for (AblationRow& row : ablation) row.change_pct = 100.0 * (row.tpot_ms / baseline - 1.0);
+  }
+
+  fmt::print("model            {} ({} weights, SIMD {}, {} threads{})\n", c.architecture_name,
+             DTypeName(lm.weights().matrix_dtype), kernels::ActiveIsa(), threads_here,
              group.size() > 1 ? fmt::format(", --tp {}{} over {}, {} per rank", group.size(),
                                             o.model.ep ? " --ep" : "", o.model.comm,
                                             lm.pool().num_threads())
@@ -323,9 +370,23 @@ int Run(const Options& o) {
                  r.decode_tok_s / one->decode_tok_s);
     }
   }
+  if (o.ablation) {
+    fmt::print("\nablation         batch {}, TPOT with each optimization off in turn (everything "
+               "on: {:.2f} ms before, {:.2f} ms after)\n",
+               batches->front(), baseline_first, baseline_last);
+    fmt::print("{:<54} {:>9} {:>9}  {}\n", "optimization off", "TPOT ms", "change", "flag");
+    fmt::print("{:<54} {:>9.2f} {:>9}\n", "(none: everything on, mean)",
+               (baseline_first + baseline_last) / 2, "");
+    for (const AblationRow& row : ablation) {
+      fmt::print("{:<54} {:>9.2f} {:>+8.1f}%  {}\n", row.optimization, row.tpot_ms,
+                 row.change_pct, row.flag);
+    }
+    if (ablation.empty()) fmt::print("(no optimization of this configuration can be switched off)\n");
+  }
   if (!o.json_file.empty()) {
     nlohmann::ordered_json j;
     j["model"] = c.architecture_name;
+    j["isa"] = kernels::ActiveIsa();
     j["weight_dtype"] = DTypeName(lm.weights().matrix_dtype);
     j["threads"] = threads_here;
     j["tp"] = group.size();
@@ -336,6 +397,8 @@ int Run(const Options& o) {
     j["mc2_max_tokens"] = o.model.mc2_max_tokens;
     j["fused_allreduce_norm"] = !o.model.no_fused_allreduce_norm;
     j["shared_expert_overlap"] = !o.model.no_shared_expert_overlap;
+    j["fused_gdn_step"] = !o.model.no_fused_gdn_step;
+    j["greedy_argmax"] = config.greedy_argmax;
     j["bandwidth_gbs"] = bandwidth;
     j["bytes_per_token"] = stats.bytes_per_token;
     j["runs"] = nlohmann::ordered_json::array();
@@ -360,6 +423,13 @@ int Run(const Options& o) {
                              {"mean_acceptance_length", r.spec.mean_acceptance_length()}}}});
     }
     j["ablation"] = nlohmann::ordered_json::array();
+    for (const AblationRow& row : ablation) {
+      j["ablation"].push_back({{"optimization", row.optimization},
+                               {"flag", row.flag},
+                               {"tpot_ms", row.tpot_ms},
+                               {"change_pct", row.change_pct}});
+    }
+    if (o.ablation) j["ablation_baseline_tpot_ms"] = {baseline_first, baseline_last};
     std::FILE* f = std::fopen(o.json_file.c_str(), "w");
     if (f == nullptr) return RuntimeError(kCommand, IoError("cannot write {}", o.json_file));
     std::fputs((j.dump(2) + "\n").c_str(), f);
@@ -385,8 +455,8 @@ int RunTurns(const Options& o, model::ModelGroup& group, const engine::EngineCon
     runs.push_back(std::move(*run));
   }
   const io::ModelConfig& c = group.model().config();
-  fmt::print("model            {} ({} threads)\n", c.architecture_name,
-             group.model().pool().num_threads());
+  fmt::print("model            {} (SIMD {}, {} threads)\n", c.architecture_name,
+             kernels::ActiveIsa(), group.model().pool().num_threads());
   fmt::print("bandwidth        {:.1f} GB/s, roofline {:.1f} tokens/s (measured in this run)\n",
              bandwidth, roofline);
   fmt::print("conversation     {} turns, each +{} tokens in, {} out\n\n", o.turns, o.input_len,
@@ -438,6 +508,9 @@ int RunLatency(const std::vector<std::string>& args) {
                "concurrent requests, a list allowed (1,4,8): one measured run each");
   flags.Int("seed", &o.seed, "seed of the random prompts");
   flags.String("json", &o.json_file, "also write the results as JSON to this file");
+  flags.Bool("ablation", &o.ablation,
+             "also measure TPOT at the first batch size with each case-study optimization "
+             "switched off in turn (table: optimization, TPOT, change %)");
   flags.Int("turns", &o.turns,
             "> 1: a conversation of this many turns instead (each +input-len tokens in, "
             "output-len out, batch 1): TTFT per turn, with and without prefix caching");

@@ -31,6 +31,9 @@ void EngineFlags::Register(FlagSet& flags) {
             "diverge (a multiple of 64; 0: only those)");
   flags.Int("long-prefill-token-threshold", &config.long_prefill_token_threshold,
             "tokens of a prefill chunk, at most (0: no cap beyond --max-num-batched-tokens)");
+  flags.Bool("no-greedy-argmax", &no_greedy_argmax,
+             "case study #8/#9 off: greedy steps and MTP drafts gather full logits rows and scan "
+             "them, instead of taking the forward's argmax");
   flags.String("spec", &spec,
                "speculative decoding: mtp:K (the model's MTP head drafts K tokens), ngram:K "
                "(prompt lookup), K in 1..4, or none");
@@ -73,6 +76,7 @@ Status EngineFlags::Validate() const {
 engine::EngineConfig EngineFlags::ToConfig() const {
   engine::EngineConfig c = config;
   c.enable_prefix_caching = !no_enable_prefix_caching;
+  c.greedy_argmax = !no_greedy_argmax;
   const Result<engine::SpecConfig> spec_config = engine::ParseSpecFlag(spec);
   CHECK(spec_config.ok()) << "Validate first: " << spec_config.status().ToString();
   c.spec.method = spec_config->method;

@@ -19,6 +19,7 @@ namespace moeserve::cli {
 struct EngineFlags {
   engine::EngineConfig config;  // the values flags write to, EngineConfig's defaults until set
   bool no_enable_prefix_caching = false;  // vLLM's spelling of the negated switch
+  bool no_greedy_argmax = false;          // --no-greedy-argmax (case study #8/#9 off)
   std::string spec = "none";              // --spec mtp:K | ngram:K | none
 
   void Register(FlagSet& flags);

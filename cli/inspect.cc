@@ -12,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
+#include "kernels/isa.h"
 #include "kernels/memory_bandwidth.h"
 #include "model/checkpoint_layout.h"
 
@@ -102,6 +103,8 @@ Status Inspect(const Options& o) {
     j["bandwidth_gbs"] = bandwidth;
     j["bandwidth_measured"] = measured;
     j["roofline_tok_s"] = roofline;
+    j["isa"] = kernels::ActiveIsa();
+    j["isas_available"] = kernels::AvailableIsas();
     std::puts(j.dump(2).c_str());
     return OkStatus();
   }
@@ -144,6 +147,12 @@ Status Inspect(const Options& o) {
   fmt::print("bandwidth        {:.1f} GB/s ({})\n", bandwidth,
              measured ? "measured read bandwidth, all threads" : "given by --bandwidth");
   fmt::print("roofline decode  {:.1f} tokens/s (bandwidth / bytes per token)\n", roofline);
+  std::string available;
+  for (const std::string& isa : kernels::AvailableIsas()) {
+    available += (available.empty() ? "" : ", ") + isa;
+  }
+  fmt::print("SIMD             {} (this CPU and build: {}; --isa / MOESERVE_ISA restrict it)\n",
+             kernels::ActiveIsa(), available);
   return OkStatus();
 }
 

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/trace.h"
+#include "kernels/isa.h"
 
 namespace moeserve::cli {
 namespace {
@@ -66,8 +68,20 @@ int main(int argc, char** argv) {
     std::printf("moeserve %s\n", MOESERVE_VERSION);
     return 0;
   }
+  // MOESERVE_ISA restricts every subcommand's kernels; --isa (an engine flag) overrides it.
+  if (const moeserve::Status isa = moeserve::kernels::SelectIsaFromEnvironment(); !isa.ok()) {
+    std::fprintf(stderr, "moeserve: %s\n", isa.message().c_str());
+    return 2;
+  }
   for (const Subcommand& s : kSubcommands) {
-    if (s.name == first) return s.run(std::vector<std::string>(argv + 2, argv + argc));
+    if (s.name != first) continue;
+    int exit_code = s.run(std::vector<std::string>(argv + 2, argv + argc));
+    // --trace: the events recorded since the model loaded.
+    if (const moeserve::Status written = moeserve::trace::Finish(); !written.ok()) {
+      std::fprintf(stderr, "moeserve %s: %s\n", argv[1], written.message().c_str());
+      if (exit_code == 0) exit_code = 1;
+    }
+    return exit_code;
   }
   std::fprintf(stderr, "moeserve: unknown subcommand '%s' (see moeserve --help)\n", argv[1]);
   return 2;

@@ -5,9 +5,13 @@
 #include <numeric>
 #include <thread>
 
+#include <unistd.h>
+
 #include "cli/commands.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "core/trace.h"
+#include "kernels/isa.h"
 #include "parallel/link_model.h"
 #include "parallel/mpi_communicator.h"
 
@@ -15,7 +19,9 @@ namespace moeserve::cli {
 
 void ModelFlags::Register(FlagSet& flags) {
   flags.String("model", &model, "model folder (default: the embedded default model)");
-  flags.String("weight-dtype", &weight_dtype, "bf16 | f32 (default: as stored)");
+  flags.String("weight-dtype", &weight_dtype,
+               "bf16 | f32 | int8 (per output channel) | int4 (groups of 32) (default: as "
+               "stored); int8 and int4 are quantized at load");
   flags.Int("threads", &threads,
             "compute threads per rank (0: this machine's cores divided among its ranks)");
   flags.Int("tp", &tp, "tensor-parallel ranks: heads, expert widths and vocabulary split");
@@ -34,6 +40,16 @@ void ModelFlags::Register(FlagSet& flags) {
   flags.Bool("no-shared-expert-overlap", &no_shared_expert_overlap,
              "case study #1 off: the shared expert after the routed ones (own joins), not with "
              "them or behind the all-to-all");
+  flags.String("trace", &trace,
+               "write a Chrome-trace JSON of every engine step (per op, thread and rank; open in "
+               "Perfetto) to this file at exit; MPI rank r > 0 writes FILE.rank<r>");
+  flags.String("isa", &isa,
+               "SIMD target the kernels run with, at most: avx3 (AVX-512), avx2, ... (default: "
+               "$MOESERVE_ISA, else the CPU's best)");
+  flags.Bool("no-fused-gdn-step", &no_fused_gdn_step,
+             "case study #5 off: a GDN layer's decode tokens take layer-wide passes (conv, "
+             "norms and gates on one thread, then the delta rule) instead of one fused task per "
+             "key head");
   flags.String("comm-sim", &comm_sim,
                "LATENCY_US,GBPS: add a modelled link's time to every collective (\"\": none)");
 }
@@ -41,11 +57,21 @@ void ModelFlags::Register(FlagSet& flags) {
 Status ModelFlags::Validate() const {
   if (!weight_dtype.empty()) {
     std::optional<DType> dtype = ParseDTypeName(weight_dtype);
-    if (!dtype || (*dtype != DType::kBF16 && *dtype != DType::kF32)) {
-      return InvalidArgument("--weight-dtype: '{}' is not bf16 or f32", weight_dtype);
+    if (!dtype || (*dtype != DType::kBF16 && *dtype != DType::kF32 && !IsPackedDType(*dtype))) {
+      return InvalidArgument("--weight-dtype: '{}' is not bf16, f32, int8 or int4", weight_dtype);
     }
   }
   if (threads < 0) return InvalidArgument("--threads: must not be negative");
+  if (!isa.empty()) {
+    if (Status s = kernels::SelectIsa(isa); !s.ok()) return InvalidArgument("--isa: {}", s.message());
+  }
+  if (!trace.empty()) {
+    const std::filesystem::path parent = std::filesystem::path(trace).parent_path();
+    const std::string dir = parent.empty() ? "." : parent.string();
+    if (access(dir.c_str(), W_OK) != 0 || std::filesystem::is_directory(trace)) {
+      return InvalidArgument("--trace: cannot write '{}' (is {} a writable folder?)", trace, dir);
+    }
+  }
   if (tp < 1 || tp > 1024) return InvalidArgument("--tp: {} is outside [1, 1024]", tp);
   if (mc2_max_tokens < 0) {
     return InvalidArgument("--mc2-max-tokens: must not be negative (got {})", mc2_max_tokens);
@@ -85,8 +111,10 @@ Result<std::unique_ptr<model::CausalLm>> ModelFlags::Load() const {
   Stopwatch watch;
   Result<std::unique_ptr<model::CausalLm>> lm = model::CausalLm::Load(dir, options);
   if (!lm.ok()) return lm.status();
-  LogDebug("loaded {} ({}, {} weights) in {:.2f} s", dir, (*lm)->config().architecture_name,
-           DTypeName((*lm)->weights().matrix_dtype), watch.ElapsedSeconds());
+  LogDebug("loaded {} ({}, {} weights, SIMD {}) in {:.2f} s", dir,
+           (*lm)->config().architecture_name, DTypeName((*lm)->weights().matrix_dtype),
+           kernels::ActiveIsa(), watch.ElapsedSeconds());
+  if (!trace.empty()) trace::Start(trace);
   return lm;
 }
 
@@ -126,6 +154,7 @@ Result<std::unique_ptr<model::ModelGroup>> ModelFlags::LoadGroup() const {
   options.forward.fused_allreduce_norm = !no_fused_allreduce_norm;
   options.forward.mc2 = !no_mc2;
   options.forward.shared_expert_overlap = !no_shared_expert_overlap;
+  options.forward.fused_gdn_step = !no_fused_gdn_step;
   options.forward.mc2_max_tokens = mc2_max_tokens;
   model::ParallelOptions parallel;
   parallel.tp = static_cast<int>(tp);
@@ -137,9 +166,13 @@ Result<std::unique_ptr<model::ModelGroup>> ModelFlags::LoadGroup() const {
   ASSIGN_OR_RETURN(std::unique_ptr<model::ModelGroup> group,
                    model::ModelGroup::Load(dir, options, parallel));
   const model::CausalLm& lm = group->model();
-  LogDebug("loaded {} ({}, {} weights, --tp {}{}, {} threads per rank) in {:.2f} s", dir,
-           lm.config().architecture_name, DTypeName(lm.weights().matrix_dtype), tp,
-           ep ? " --ep" : "", options.threads, watch.ElapsedSeconds());
+  LogDebug("loaded {} ({}, {} weights, --tp {}{}, {} threads per rank, SIMD {}) in {:.2f} s",
+           dir, lm.config().architecture_name, DTypeName(lm.weights().matrix_dtype), tp,
+           ep ? " --ep" : "", options.threads, kernels::ActiveIsa(), watch.ElapsedSeconds());
+  if (!trace.empty()) {
+    trace::SetProcessRank(group->rank());
+    trace::Start(trace);
+  }
   return group;
 }
 

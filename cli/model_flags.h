@@ -22,13 +22,16 @@ struct ModelFlags {
   bool ep = false;           // --ep: experts split whole across the ranks
   std::string comm = "local";  // --comm local | mpi
   std::string comm_sim;        // --comm-sim LATENCY_US,GBPS ("" = none)
+  std::string trace;           // --trace FILE: Chrome-trace JSON of every step ("" = none)
+  std::string isa;             // --isa: restricts SIMD dispatch ("" = $MOESERVE_ISA or the best)
   bool no_fused_allreduce_norm = false;
   bool no_mc2 = false;
   bool no_shared_expert_overlap = false;
+  bool no_fused_gdn_step = false;
   int64_t mc2_max_tokens = model::ForwardOptions{}.mc2_max_tokens;
 
   void Register(FlagSet& flags);
-  // Checks the flag values (a usage error names the flag).
+  // Checks the flag values (a usage error names the flag) and applies --isa.
   Status Validate() const;
   // The model folder: --model, else the default model's (NotFound when that does not exist).
   Result<std::string> Dir() const;

@@ -22,6 +22,8 @@ constexpr DTypeInfo kDTypes[] = {
     {DType::kU32, 4, "u32", "U32", false},        {DType::kU64, 8, "u64", "U64", false},
     {DType::kBool, 1, "bool", "BOOL", false},     {DType::kF8E4M3, 1, "f8_e4m3", "F8_E4M3", false},
     {DType::kF8E5M2, 1, "f8_e5m2", "F8_E5M2", false},
+    // No safetensors spelling: moeserve's own formats are never read from or written to a file.
+    {DType::kQ8, 1, "int8", "", true},            {DType::kQ4, 1, "int4", "", true},
 };
 
 const DTypeInfo& Info(DType dtype) {
@@ -41,7 +43,7 @@ bool IsComputeDType(DType dtype) { return Info(dtype).compute; }
 
 std::optional<DType> ParseSafetensorsDType(std::string_view name) {
   for (const DTypeInfo& info : kDTypes) {
-    if (info.safetensors_name == name) return info.dtype;
+    if (!info.safetensors_name.empty() && info.safetensors_name == name) return info.dtype;
   }
   return std::nullopt;
 }

@@ -30,9 +30,19 @@ enum class DType : uint8_t {
   kBool,
   kF8E4M3,
   kF8E5M2,
+  // moeserve's packed weight formats (--weight-dtype), never in a checkpoint: a [N, K] matrix
+  // whose rows are quantized at load, with their scales stored after the rows
+  // (core/tensor.h: TensorBytes, PackedScales; kernels/quantize.h: the arithmetic).
+  kQ8,  // "int8": int8 per weight, one f32 scale per row (output channel)
+  kQ4,  // "int4": 4 bits per weight in groups of kQ4Group along K, one f32 scale per group
 };
 
-// Bytes per element.
+inline constexpr int64_t kQ4Group = 32;
+
+// True for the packed weight formats (kQ8, kQ4): DTypeSize is not their bytes per element.
+inline bool IsPackedDType(DType dtype) { return dtype == DType::kQ8 || dtype == DType::kQ4; }
+
+// Bytes per element (packed formats: 1, their container's; TensorBytes gives their storage).
 size_t DTypeSize(DType dtype);
 // Lower-case name used in messages and flags: "bf16", "f32", ...
 std::string_view DTypeName(DType dtype);

@@ -59,6 +59,7 @@ bool Tensor::contiguous() const {
 
 Tensor Tensor::Slice(size_t dim, int64_t begin, int64_t end) const {
   CHECK_LT(dim, rank_);
+  CHECK(!IsPackedDType(dtype_)) << "a view of part of a packed " << DTypeName(dtype_) << " matrix";
   CHECK(0 <= begin && begin <= end && end <= shape_[dim])
       << "slice [" << begin << ", " << end << ") of dim " << dim << " of " << ShapeString();
   Tensor t = *this;
@@ -76,10 +77,38 @@ Tensor Tensor::Reshape(std::span<const int64_t> shape) const {
 
 std::string Tensor::ShapeString() const { return fmt::format("[{}]", fmt::join(shape(), ", ")); }
 
-OwnedTensor::OwnedTensor(DType dtype, std::span<const int64_t> shape) {
+namespace {
+
+// Bytes of a packed matrix's rows, before the padding and the scales.
+size_t PackedRowBytes(DType dtype, int64_t N, int64_t K) {
+  return static_cast<size_t>(dtype == DType::kQ8 ? N * K : N * K / 2);
+}
+
+size_t AlignUp(size_t n) { return (n + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment; }
+
+}  // namespace
+
+size_t TensorBytes(DType dtype, std::span<const int64_t> shape) {
   int64_t n = 0;
   CHECK(CheckedNumel(shape, &n)) << "bad tensor shape";
-  storage_ = TensorStorage(static_cast<size_t>(n) * DTypeSize(dtype));
+  if (!IsPackedDType(dtype)) return static_cast<size_t>(n) * DTypeSize(dtype);
+  CHECK_EQ(shape.size(), size_t{2}) << DTypeName(dtype) << " holds [N, K] matrices only";
+  const int64_t N = shape[0], K = shape[1];
+  CHECK(dtype != DType::kQ4 || K % kQ4Group == 0)
+      << "int4 needs K divisible by " << kQ4Group << ", got " << K;
+  const int64_t scales = dtype == DType::kQ8 ? N : N * (K / kQ4Group);
+  return AlignUp(PackedRowBytes(dtype, N, K)) + static_cast<size_t>(scales) * sizeof(float);
+}
+
+const float* PackedScales(const Tensor& W) {
+  CHECK(IsPackedDType(W.dtype())) << DTypeName(W.dtype()) << " has no scales";
+  CHECK(W.rank() == 2 && W.contiguous());
+  return reinterpret_cast<const float*>(static_cast<const std::byte*>(W.data()) +
+                                        AlignUp(PackedRowBytes(W.dtype(), W.dim(0), W.dim(1))));
+}
+
+OwnedTensor::OwnedTensor(DType dtype, std::span<const int64_t> shape) {
+  storage_ = TensorStorage(TensorBytes(dtype, shape));
   view_ = Tensor(storage_.data(), dtype, shape);
 }
 

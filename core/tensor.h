@@ -21,6 +21,11 @@ namespace moeserve {
 inline constexpr size_t kMaxTensorRank = 6;
 inline constexpr size_t kTensorAlignment = 64;  // a cache line; what Highway's loads like best
 
+// Bytes a contiguous tensor of `shape` occupies. Packed weight formats (IsPackedDType) are
+// [N, K] matrices laid out as their rows (N * K int8, or N * K / 2 bytes of 4-bit pairs), padded
+// to kTensorAlignment, then their f32 scales (N, or N * K / kQ4Group); kQ4 needs K % kQ4Group == 0.
+size_t TensorBytes(DType dtype, std::span<const int64_t> shape);
+
 // Owned, 64-byte-aligned, zero-initialized bytes.
 class TensorStorage {
  public:
@@ -67,7 +72,7 @@ class Tensor {
   }
   std::span<const int64_t> shape() const { return {shape_.data(), rank_}; }
   int64_t numel() const;
-  size_t bytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype_); }
+  size_t bytes() const { return TensorBytes(dtype_, shape()); }
   bool contiguous() const;
 
   void* data() const { return data_; }
@@ -92,6 +97,10 @@ class Tensor {
   std::array<int64_t, kMaxTensorRank> shape_{};
   std::array<int64_t, kMaxTensorRank> strides_{};
 };
+
+// The scales of a packed [N, K] matrix (kQ8: [N]; kQ4: [N, K / kQ4Group]), after its rows.
+const float* PackedScales(const Tensor& W);
+inline float* MutablePackedScales(const Tensor& W) { return const_cast<float*>(PackedScales(W)); }
 
 // A tensor that owns its memory (contiguous, aligned).
 class OwnedTensor {

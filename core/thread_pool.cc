@@ -2,6 +2,12 @@
 
 #include <immintrin.h>
 
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/trace.h"
+
 namespace moeserve {
 namespace {
 
@@ -10,7 +16,8 @@ constexpr int kSpinIterations = 20000;
 
 }  // namespace
 
-ThreadPool::ThreadPool(size_t num_threads) {
+ThreadPool::ThreadPool(size_t num_threads, std::string trace_name, int trace_rank)
+    : trace_name_(std::move(trace_name)), trace_rank_(trace_rank) {
   if (num_threads == 0) num_threads = 1;
   workers_.reserve(num_threads - 1);
   for (size_t t = 1; t < num_threads; ++t) {
@@ -34,6 +41,11 @@ void ThreadPool::DrainTasks(size_t thread) {
 }
 
 void ThreadPool::Run(size_t num_tasks, TaskFn fn, const void* ctx) {
+  trace_job_ = nullptr;
+  if (trace::enabled()) {
+    trace_job_ = trace::Scope::Current();
+    if (trace_job_ == nullptr) trace_job_ = "parallel_for";
+  }
   fn_ = fn;
   ctx_ = ctx;
   num_tasks_ = num_tasks;
@@ -59,6 +71,7 @@ void ThreadPool::Run(size_t num_tasks, TaskFn fn, const void* ctx) {
 
 void ThreadPool::WorkerLoop(size_t thread) {
   uint64_t seen = 0;
+  bool lane_named = false;
   for (;;) {
     uint64_t gen = generation_.load(std::memory_order_acquire);
     // Poll, then poll while yielding (cheap when we own a core, polite when we do not), then
@@ -77,7 +90,17 @@ void ThreadPool::WorkerLoop(size_t thread) {
     }
     seen = gen;
     if (stop_.load()) return;
-    DrainTasks(thread);
+    if (const char* job = trace_job_; job != nullptr) {
+      if (!lane_named) {
+        trace::NameThisThread(trace_rank_, fmt::format("{} worker {}", trace_name_, thread));
+        lane_named = true;
+      }
+      const int64_t begin = MonotonicNanos();
+      DrainTasks(thread);
+      trace::internal::Record(job, begin, MonotonicNanos(), nullptr, 0);
+    } else {
+      DrainTasks(thread);
+    }
     workers_done_.fetch_add(1, std::memory_order_acq_rel);
   }
 }

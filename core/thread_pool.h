@@ -3,12 +3,14 @@
 // The calling thread takes part as thread 0, so ThreadPool(1) runs everything inline with no
 // synchronization. Workers spin briefly before sleeping, because decode steps issue many short
 // loops back to back. Each ParallelFor ends in exactly one barrier (the join), and the pool
-// counts them so the engine can report barriers per step (DESIGN.md principle 3).
+// counts them so the engine can report barriers per step (DESIGN.md principle 3). Under --trace
+// each worker records its share of every loop as an event named after the caller's trace scope.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -16,7 +18,8 @@ namespace moeserve {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(size_t num_threads);
+  // trace_name / trace_rank: how --trace names the workers' lanes ("rank 0 worker 1").
+  explicit ThreadPool(size_t num_threads, std::string trace_name = "pool", int trace_rank = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -58,6 +61,11 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> barrier_count_{0};
+  // --trace: the current job's name (the caller's innermost trace::Scope), null when not
+  // tracing; written with the job, before `generation_` is bumped.
+  const char* trace_job_ = nullptr;
+  const std::string trace_name_;
+  const int trace_rank_;
 };
 
 }  // namespace moeserve

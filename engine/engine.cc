@@ -5,6 +5,7 @@
 #include <numeric>
 #include <string>
 
+#include "core/trace.h"
 #include "kernels/gated_delta_rule.h"
 
 namespace moeserve::engine {
@@ -205,7 +206,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(model::ModelGroup& group,
       .max_num_batched_tokens = config.max_num_batched_tokens,
       .max_blocks_per_request = blocks_per_request,
       .max_model_len = layout.max_model_len,
-      .spec = spec};
+      .spec = spec,
+      .greedy_argmax = config.greedy_argmax};
   return std::make_unique<Engine>(group, layout, scheduler, cache, runner);
 }
 
@@ -265,10 +267,21 @@ Result<int64_t> Engine::AddRequest(std::vector<int32_t> prompt, SamplingParams p
 }
 
 const std::vector<Request*>& Engine::Step() {
-  const SchedulerOutput& out = scheduler_.Schedule();
-  last_schedule_ = &out;
-  const StepOutput& step = runner_->Execute(out);
-  const std::vector<Request*>& updated = scheduler_.Update(out, step);
+  if (trace::enabled()) {
+    thread_local bool named = false;  // the thread that steps the engine is rank 0's caller
+    if (!named) trace::NameThisThread(0, "rank 0 engine");
+    named = true;
+  }
+  trace::Scope step_scope("step", "requests", static_cast<int64_t>(num_running()));
+  const SchedulerOutput* out = nullptr;
+  {
+    trace::Scope scope("schedule");
+    out = &scheduler_.Schedule();
+  }
+  last_schedule_ = out;
+  const StepOutput& step = runner_->Execute(*out);
+  trace::Scope scope("update");
+  const std::vector<Request*>& updated = scheduler_.Update(*out, step);
   // Hybrid prefix caching: the GDN state checkpoints this step reached, copied on every rank
   // before the next step can write the requests' slots.
   for (const StateCopy& copy : cache_manager_.pending_copies()) group_.CopySlot(copy.from, copy.to);

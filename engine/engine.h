@@ -41,6 +41,10 @@ struct EngineConfig {
   int64_t state_checkpoint_interval = kDefaultStateCheckpointInterval;
   int64_t long_prefill_token_threshold = 0;
   SpecConfig spec = {};  // --spec, --spec-disable-batch-size, --spec-min-acceptance
+  // Case study #8 / #9 (--no-greedy-argmax off): a step whose rows are all plain greedy, and
+  // the MTP head's drafts, take argmaxes from the forward (vocab-parallel ranks exchange
+  // (max, index) pairs) instead of full logits rows scanned by the sampler. Same tokens.
+  bool greedy_argmax = true;
 };
 
 // What a configuration resolved to, for logs and tests.

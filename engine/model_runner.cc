@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <optional>
 
 #include "core/check.h"
+#include "core/trace.h"
 #include "engine/sampler.h"
 
 namespace moeserve::engine {
@@ -184,14 +186,19 @@ const StepOutput& ModelRunner::Execute(const SchedulerOutput& out) {
                                 any_verify ? verify_slots_.data() : nullptr};
   // A step whose every sampled row is plain greedy needs only argmaxes: vocab-parallel ranks
   // then exchange (max, index) pairs instead of gathering logits.
-  argmax_only_ = true;
+  argmax_only_ = config_.greedy_argmax;
   for (int64_t i = 0; i < num_seqs && argmax_only_; ++i) {
     const Request& r = *out.scheduled[i].request;
     argmax_only_ = prompt_rows_[i].second == 0 &&
                    (logits_index_[i] < 0 || r.sampler->plain_greedy());
   }
-  group_.ForwardBatch(batch, logits_rows_.data(), num_logits,
-                      argmax_only_ ? model::LogitsMode::kArgmax : model::LogitsMode::kFull);
+  {
+    trace::Scope scope("forward", "tokens", num_tokens);
+    group_.ForwardBatch(batch, logits_rows_.data(), num_logits,
+                        argmax_only_ ? model::LogitsMode::kArgmax : model::LogitsMode::kFull);
+  }
+  std::optional<trace::Scope> sample_scope;
+  sample_scope.emplace("sample");
 
   for (int64_t i = 0; i < num_seqs; ++i) {
     const ScheduledRequest& s = out.scheduled[i];
@@ -206,6 +213,8 @@ const StepOutput& ModelRunner::Execute(const SchedulerOutput& out) {
     }
     step_.token_start[i + 1] = static_cast<int32_t>(step_.tokens.size());
   }
+  sample_scope.reset();
+  trace::Scope propose_scope("propose");
   Propose(out);
   return step_;
 }
@@ -325,6 +334,15 @@ void ModelRunner::ProposeMtp(const SchedulerOutput& out) {
   const int64_t num_seqs = static_cast<int64_t>(out.scheduled.size());
   const int64_t H = model().config().hidden_size;
   const int64_t K = config_.spec.num_speculative_tokens;
+  // Drafts are the MTP head's greedy tokens: argmaxes from the forward, or (--no-greedy-argmax)
+  // scans of its full logits rows.
+  const model::LogitsMode draft_mode =
+      config_.greedy_argmax ? model::LogitsMode::kArgmax : model::LogitsMode::kFull;
+  const int64_t V = model().config().vocab_size;
+  const auto draft_of = [&](int64_t row) {
+    return config_.greedy_argmax ? model().mtp_argmax()[row]
+                                 : GreedyToken(model().mtp_logits() + row * V, V);
+  };
   // First pass: every position this step verified, so the MTP layer's KV cache sees the whole
   // history -- row (position t) pairs the target's hidden state at t with the token at t + 1.
   int64_t T = 0, num_drafting = 0;
@@ -361,10 +379,8 @@ void ModelRunner::ProposeMtp(const SchedulerOutput& out) {
                                 mtp_block_tables_.data(),
                                 state_slots_.data()};
   group_.MtpForwardBatch(first, mtp_hidden_in_.data(), mtp_logits_rows_.data(), num_drafting,
-                         model::LogitsMode::kArgmax);
-  for (int64_t d = 0; d < num_drafting; ++d) {
-    mtp_drafts_[d * K] = model().mtp_argmax()[d];
-  }
+                         draft_mode);
+  for (int64_t d = 0; d < num_drafting; ++d) mtp_drafts_[d * K] = draft_of(d);
 
   // Chained steps 2 .. K: one row per request still drafting -- its last draft, at the next
   // position, with the MTP head's own output hidden state (vLLM's chaining).
@@ -395,10 +411,10 @@ void ModelRunner::ProposeMtp(const SchedulerOutput& out) {
                                     state_slots_.data()};
     // Logits of every row: rows are 0 .. rows - 1 in order, which mtp_seq_of_ happens to hold.
     group_.MtpForwardBatch(chained, mtp_hidden_in_.data(), mtp_seq_of_.data(), rows,
-                           model::LogitsMode::kArgmax);
+                           draft_mode);
     for (int64_t d = 0, row = 0; d < num_drafting; ++d) {
       if (draft_budget_[mtp_request_[d]] <= step) continue;
-      mtp_drafts_[d * K + step] = model().mtp_argmax()[row];
+      mtp_drafts_[d * K + step] = draft_of(row);
       ++row;
     }
   }

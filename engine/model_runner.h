@@ -37,6 +37,7 @@ struct RunnerConfig {
   int64_t max_blocks_per_request = 0;    // block-table row width
   int64_t max_model_len = 0;
   SpecConfig spec = {};
+  bool greedy_argmax = true;  // EngineConfig::greedy_argmax
 };
 
 class ModelRunner {

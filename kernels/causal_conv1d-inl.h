@@ -62,13 +62,21 @@ HWY_INLINE void CausalConvSiluLanes(D d, const float* x, float* HWY_RESTRICT sta
 // the channels, a vector at a time; the few rows (Kc <= 4 in the models) are walked per vector so
 // that every element of x, w and state is touched once. Inline (not static) so that the copy in
 // each including translation unit is the same entity.
-inline void CausalConv1dSiluStepImpl(const float* x, float* HWY_RESTRICT state,
-                                     const float* HWY_RESTRICT w, size_t C, size_t Kc, float* out) {
+// Channels [begin, end) only (of C: the row stride of state and w): each channel's arithmetic is
+// its lane's, so the pieces of a split give the bits of the whole.
+inline void CausalConv1dSiluStepRangeImpl(const float* x, float* HWY_RESTRICT state,
+                                          const float* HWY_RESTRICT w, size_t C, size_t Kc,
+                                          size_t begin, size_t end, float* out) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
-  size_t c = 0;
-  for (; c + N <= C; c += N) vecops::CausalConvSiluLanes(d, x, state, w, C, Kc, c, N, out);
-  if (c < C) vecops::CausalConvSiluLanes(d, x, state, w, C, Kc, c, C - c, out);
+  size_t c = begin;
+  for (; c + N <= end; c += N) vecops::CausalConvSiluLanes(d, x, state, w, C, Kc, c, N, out);
+  if (c < end) vecops::CausalConvSiluLanes(d, x, state, w, C, Kc, c, end - c, out);
+}
+
+inline void CausalConv1dSiluStepImpl(const float* x, float* HWY_RESTRICT state,
+                                     const float* HWY_RESTRICT w, size_t C, size_t Kc, float* out) {
+  CausalConv1dSiluStepRangeImpl(x, state, w, C, Kc, 0, C, out);
 }
 
 }  // namespace moeserve::kernels::HWY_NAMESPACE

@@ -20,6 +20,7 @@
 namespace moeserve::kernels {
 
 HWY_EXPORT(CausalConv1dSiluStepImpl);
+HWY_EXPORT(CausalConv1dSiluStepRangeImpl);
 
 void CausalConv1dSiluStep(const float* x, float* state, const float* w, int64_t C, int64_t Kc,
                           float* out) {
@@ -29,6 +30,19 @@ void CausalConv1dSiluStep(const float* x, float* state, const float* w, int64_t 
   const auto channels = static_cast<size_t>(C);
   const auto width = static_cast<size_t>(Kc);
   HWY_DYNAMIC_DISPATCH(CausalConv1dSiluStepImpl)(x, state, w, channels, width, out);
+}
+
+void CausalConv1dSiluStepRange(const float* x, float* state, const float* w, int64_t C,
+                               int64_t Kc, int64_t begin, int64_t end, float* out) {
+  CHECK_GE(Kc, 1);
+  CHECK_GE(begin, 0);
+  CHECK_LE(begin, end);
+  CHECK_LE(end, C);
+  if (begin == end) return;
+  HWY_DYNAMIC_DISPATCH(CausalConv1dSiluStepRangeImpl)(x, state, w, static_cast<size_t>(C),
+                                                      static_cast<size_t>(Kc),
+                                                      static_cast<size_t>(begin),
+                                                      static_cast<size_t>(end), out);
 }
 
 }  // namespace moeserve::kernels

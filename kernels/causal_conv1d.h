@@ -14,4 +14,10 @@ namespace moeserve::kernels {
 void CausalConv1dSiluStep(const float* x, float* state, const float* w, int64_t C, int64_t Kc,
                           float* out);
 
+// Channels [begin, end) of the step above, 0 <= begin <= end <= C (pointers as above, for all
+// C channels): those channels' outputs and state rows, bit for bit what the whole step gives
+// them; the others untouched. A GDN layer's fused decode step convolves one key head's channels.
+void CausalConv1dSiluStepRange(const float* x, float* state, const float* w, int64_t C,
+                               int64_t Kc, int64_t begin, int64_t end, float* out);
+
 }  // namespace moeserve::kernels

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -139,6 +140,34 @@ HWY_NOINLINE void TestCausalConvMatchesRefFromRandomState() {
   }
 }
 
+// Splitting the channels into ranges (key-head sized, odd, and ones that cut a vector) gives the
+// whole step's bits, output and state, on every target.
+HWY_NOINLINE void TestCausalConvRangesEqualTheWholeStep() {
+  std::mt19937 rng(4);
+  for (size_t Kc : {1, 2, 4}) {
+    for (size_t C : ChannelCounts()) {
+      std::vector<float> w(Kc * C), x(C), start((Kc - 1) * C);
+      FillUniform(rng, -0.6f, 0.6f, &w);
+      FillUniform(rng, -3.0f, 3.0f, &x);
+      FillUniform(rng, -3.0f, 3.0f, &start);
+      std::vector<float> whole_state = start, whole(C);
+      CausalConv1dSiluStepImpl(x.data(), whole_state.data(), w.data(), C, Kc, whole.data());
+      for (size_t piece : {size_t{1}, size_t{3}, size_t{16}, size_t{37}, size_t{128}}) {
+        std::vector<float> state = start, got(C, -1.0f);
+        for (size_t begin = 0; begin < C; begin += piece) {
+          CausalConv1dSiluStepRangeImpl(x.data(), state.data(), w.data(), C, Kc, begin,
+                                        std::min(C, begin + piece), got.data());
+        }
+        const std::string where = std::string(hwy::TargetName(HWY_TARGET)) +
+                                  " C=" + std::to_string(C) + " Kc=" + std::to_string(Kc) +
+                                  " piece=" + std::to_string(piece);
+        ASSERT_EQ(got, whole) << where;
+        ASSERT_EQ(state, whole_state) << where;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace moeserve::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -150,6 +179,7 @@ namespace moeserve::kernels {
 HWY_BEFORE_TEST(CausalConv1dTargetTest);
 HWY_EXPORT_AND_TEST_P(CausalConv1dTargetTest, TestCausalConvMatchesDefinition);
 HWY_EXPORT_AND_TEST_P(CausalConv1dTargetTest, TestCausalConvMatchesRefFromRandomState);
+HWY_EXPORT_AND_TEST_P(CausalConv1dTargetTest, TestCausalConvRangesEqualTheWholeStep);
 
 namespace {
 
@@ -180,6 +210,8 @@ TEST(CausalConv1dDeathTest, BadArguments) {
   float x[4] = {};
   float out[4];
   EXPECT_DEATH(CausalConv1dSiluStep(x, nullptr, x, 4, 0, out), "CHECK failed: \\(Kc\\) >= \\(1\\)");
+  EXPECT_DEATH(CausalConv1dSiluStepRange(x, x, x, 4, 2, 3, 5, out),
+               "CHECK failed: \\(end\\) <= \\(C\\)");
 }
 
 }  // namespace

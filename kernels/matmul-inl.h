@@ -24,6 +24,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "core/dtype.h"
@@ -84,23 +85,100 @@ inline TileShape ChooseTileShape(size_t M) {
   return {kMaxAccumulators / 3, 3};
 }
 
-// L weights of one row starting at p, as f32.
-HWY_INLINE VF LoadWeights(DF df, const float* HWY_RESTRICT p) { return hn::LoadU(df, p); }
-HWY_INLINE VF LoadWeights(DF df, const hwy::bfloat16_t* HWY_RESTRICT p) {
-  // A half-width vector of bf16 widened to f32 (zero-extend and shift left by 16: exact).
-  const hn::Rebind<hwy::bfloat16_t, DF> dbf;
-  return hn::PromoteTo(df, hn::LoadU(dbf, p));
-}
+// Weight formats: how a tile reads W. Each gives Load(df, row, k), the L weights of row `row`
+// from column k as f32 (k a multiple of L), At(row, k), the same for one weight (the tail: the
+// same value the vector conversion gives), Address(row, k) for prefetching, the bytes a row
+// spends per L weights, and RowScale(row), by which an output is multiplied once at the end
+// (kRowScaled; 1 otherwise). Rows are indices into the whole matrix.
 
-// The scalar conversion the tail uses; bit-identical to the vector one (both are exact).
-inline float WeightToF32(float w) { return w; }
-inline float WeightToF32(hwy::bfloat16_t w) { return hwy::F32FromBF16(w); }
+// f32 or bf16 rows (bf16 widened to f32: zero-extend and shift left by 16, exact).
+template <typename T>
+struct FloatRows {
+  const T* HWY_RESTRICT w;
+  size_t K;
+  static constexpr bool kRowScaled = false;
+  HWY_INLINE VF Load(DF df, size_t row, size_t k) const {
+    if constexpr (std::is_same_v<T, float>) {
+      return hn::LoadU(df, w + row * K + k);
+    } else {
+      const hn::Rebind<hwy::bfloat16_t, DF> dbf;
+      return hn::PromoteTo(df, hn::LoadU(dbf, w + row * K + k));
+    }
+  }
+  float At(size_t row, size_t k) const {
+    if constexpr (std::is_same_v<T, float>) {
+      return w[row * K + k];
+    } else {
+      return hwy::F32FromBF16(w[row * K + k]);
+    }
+  }
+  uintptr_t Address(size_t row, size_t k) const {
+    return reinterpret_cast<uintptr_t>(w + row * K + k);
+  }
+  static size_t BytesPer(size_t lanes) { return lanes * sizeof(T); }
+  float RowScale(size_t) const { return 1.0f; }
+};
+
+// int8 rows with one scale per row (kernels/quantize.h): sums q * x, times the scale at the end.
+struct Q8Rows {
+  const int8_t* HWY_RESTRICT w;
+  const float* HWY_RESTRICT scales;  // [N]
+  size_t K;
+  static constexpr bool kRowScaled = true;
+  HWY_INLINE VF Load(DF df, size_t row, size_t k) const {
+    const hn::Rebind<int8_t, DF> d8;
+    const hn::Rebind<int32_t, DF> d32;
+    return hn::ConvertTo(df, hn::PromoteTo(d32, hn::LoadU(d8, w + row * K + k)));
+  }
+  float At(size_t row, size_t k) const { return static_cast<float>(w[row * K + k]); }
+  uintptr_t Address(size_t row, size_t k) const {
+    return reinterpret_cast<uintptr_t>(w + row * K + k);
+  }
+  static size_t BytesPer(size_t lanes) { return lanes; }
+  float RowScale(size_t row) const { return scales[row]; }
+};
+
+// 4-bit rows in groups of kQ4Group with a scale per group (kernels/quantize.h): weights
+// (nibble - 8) * scale. L divides 16 on every target, so L weights from k lie in one half of a
+// group: one load of L bytes, then the low (first half) or high (second half) nibbles. K is a
+// multiple of kQ4Group, so there is no tail.
+struct Q4Rows {
+  const uint8_t* HWY_RESTRICT w;     // row r at w + r * K / 2
+  const float* HWY_RESTRICT scales;  // [N, K / kQ4Group]
+  size_t K;
+  static constexpr bool kRowScaled = false;
+  static constexpr size_t kGroup = static_cast<size_t>(kQ4Group);
+  HWY_INLINE VF Load(DF df, size_t row, size_t k) const {
+    const hn::Rebind<uint8_t, DF> d8;
+    const hn::Rebind<int32_t, DF> d32;
+    const size_t g = k / kGroup, j = k % kGroup;
+    const auto bytes = hn::PromoteTo(d32, hn::LoadU(d8, w + row * K / 2 + g * kGroup / 2 +
+                                                         j % (kGroup / 2)));
+    const auto nibbles =
+        j < kGroup / 2 ? hn::And(bytes, hn::Set(d32, 15)) : hn::ShiftRight<4>(bytes);
+    return hn::Mul(hn::ConvertTo(df, hn::Sub(nibbles, hn::Set(d32, 8))),
+                   hn::Set(df, scales[row * (K / kGroup) + g]));
+  }
+  float At(size_t row, size_t k) const {
+    const uint8_t b = w[row * K / 2 + k / kGroup * kGroup / 2 + k % (kGroup / 2)];
+    const int nibble = k % kGroup < kGroup / 2 ? (b & 15) : (b >> 4);
+    return static_cast<float>(nibble - 8) * scales[row * (K / kGroup) + k / kGroup];
+  }
+  uintptr_t Address(size_t row, size_t k) const {
+    return reinterpret_cast<uintptr_t>(w + row * K / 2 + k / 2);
+  }
+  static size_t BytesPer(size_t lanes) { return lanes / 2; }
+  float RowScale(size_t) const { return 1.0f; }
+};
+
+// "No next tile to prefetch."
+inline constexpr size_t kNoRow = ~size_t{0};
 
 // One tile: outputs y[i, r] for i < kM, r < kRows (y row i at y + i * y_stride), from x rows
-// x + i * x_stride and W rows w + r * K. x_tail [kM, L] and w_tail [kRows, L] hold the last
+// x + i * x_stride and W rows n0 + r of `fmt`. x_tail [kM, L] and w_tail [kRows, L] hold the last
 // K % L elements of each row, zero-padded to L lanes (unused when L divides K).
 //
-// kPrefetch: next is the next tile's kRows W rows (next + r * K), which are then prefetched into
+// kPrefetch: next is the next tile's first row (rows next + r), which are then prefetched into
 // L2 as this tile is read, one tile ahead. Every W row is its own stream, and hardware
 // prefetchers do not follow a stream into the next 4 KiB page, so without this each new tile
 // starts with kRows cold streams. Per step of K and row, one prefetch is issued per 16 bytes the
@@ -110,13 +188,14 @@ inline float WeightToF32(hwy::bfloat16_t w) { return hwy::F32FromBF16(w); }
 // per step) -> 30, f32 AVX-512 31 -> 32, f32 AVX2 27 -> 32, bf16 AVX2 29 -> 28; none at all:
 // bf16 AVX-512 20. Prefetching into L1 (T0) was slower than into L2. A template parameter rather
 // than a test of next in the loop, which cost the compute-bound passes (M = 128) 13%.
-template <size_t kRows, size_t kM, typename WT, bool kPrefetch>
-void Tile(const float* HWY_RESTRICT x, size_t x_stride, const WT* HWY_RESTRICT w, size_t K,
-          const float* HWY_RESTRICT x_tail, const float* HWY_RESTRICT w_tail,
-          const WT* HWY_RESTRICT next, float* HWY_RESTRICT y, size_t y_stride) {
+template <size_t kRows, size_t kM, class Fmt, bool kPrefetch>
+void Tile(const float* HWY_RESTRICT x, size_t x_stride, const Fmt& fmt, size_t n0,
+          const float* HWY_RESTRICT x_tail, const float* HWY_RESTRICT w_tail, size_t next,
+          float* HWY_RESTRICT y, size_t y_stride) {
   const DF df;
   const size_t L = hn::Lanes(df);
-  const size_t prefetches = std::max<size_t>(1, L * sizeof(WT) / 16);
+  const size_t K = fmt.K;
+  const size_t prefetches = std::max<size_t>(1, Fmt::BytesPer(L) / 16);
   VF acc[kM][kRows];
   for (size_t i = 0; i < kM; ++i) {
     for (size_t r = 0; r < kRows; ++r) acc[i][r] = hn::Zero(df);
@@ -129,13 +208,13 @@ void Tile(const float* HWY_RESTRICT x, size_t x_stride, const WT* HWY_RESTRICT w
       if constexpr (kPrefetch) {
         // Addresses as integers: the last lines may lie past the next tile's end, outside W,
         // where no pointer may point (a prefetch never faults, so they are harmless).
-        const uintptr_t line = reinterpret_cast<uintptr_t>(next + r * K + k);
+        const uintptr_t line = fmt.Address(next + r, k);
         for (size_t j = 0; j < prefetches; ++j) {
           __builtin_prefetch(reinterpret_cast<const void*>(line + kLineBytes * j), /*rw=*/0,
                              /*locality=*/2);
         }
       }
-      const VF wv = LoadWeights(df, w + r * K + k);
+      const VF wv = fmt.Load(df, n0 + r, k);
       for (size_t i = 0; i < kM; ++i) acc[i][r] = hn::MulAdd(wv, xv[i], acc[i][r]);
     }
   }
@@ -149,43 +228,44 @@ void Tile(const float* HWY_RESTRICT x, size_t x_stride, const WT* HWY_RESTRICT w
   }
   for (size_t i = 0; i < kM; ++i) {
     for (size_t r = 0; r < kRows; ++r) {
-      y[i * y_stride + r] = hn::GetLane(hn::SumOfLanes(df, acc[i][r]));
+      const float sum = hn::GetLane(hn::SumOfLanes(df, acc[i][r]));
+      y[i * y_stride + r] = Fmt::kRowScaled ? sum * fmt.RowScale(n0 + r) : sum;
     }
   }
 }
 
-template <typename WT>
-using TileFn = void (*)(const float* HWY_RESTRICT, size_t, const WT* HWY_RESTRICT, size_t,
-                        const float* HWY_RESTRICT, const float* HWY_RESTRICT,
-                        const WT* HWY_RESTRICT, float* HWY_RESTRICT, size_t);
+template <class Fmt>
+using TileFn = void (*)(const float* HWY_RESTRICT, size_t, const Fmt&, size_t,
+                        const float* HWY_RESTRICT, const float* HWY_RESTRICT, size_t,
+                        float* HWY_RESTRICT, size_t);
 
 // Entry (rows - 1) * kMaxTileM + (m - 1) is Tile<rows, m>, for the shapes whose accumulators fit
 // (every shape ChooseTileShape returns, and all smaller ones used at the edges of N and M); the
 // others are null and never instantiated.
-template <typename WT, bool kPrefetch, size_t kI>
-constexpr TileFn<WT> TileAt() {
+template <class Fmt, bool kPrefetch, size_t kI>
+constexpr TileFn<Fmt> TileAt() {
   constexpr size_t kRows = kI / kMaxTileM + 1;
   constexpr size_t kM = kI % kMaxTileM + 1;
   if constexpr (kRows * kM <= kMaxAccumulators) {
-    return &Tile<kRows, kM, WT, kPrefetch>;
+    return &Tile<kRows, kM, Fmt, kPrefetch>;
   } else {
     return nullptr;
   }
 }
-template <typename WT, bool kPrefetch, size_t... kI>
-constexpr std::array<TileFn<WT>, sizeof...(kI)> MakeTiles(std::index_sequence<kI...>) {
-  return {TileAt<WT, kPrefetch, kI>()...};
+template <class Fmt, bool kPrefetch, size_t... kI>
+constexpr std::array<TileFn<Fmt>, sizeof...(kI)> MakeTiles(std::index_sequence<kI...>) {
+  return {TileAt<Fmt, kPrefetch, kI>()...};
 }
 
-template <typename WT>
-void MatMulRangeT(const float* HWY_RESTRICT x, size_t x_stride, size_t M,
-                  const WT* HWY_RESTRICT w, size_t K, size_t n_begin, size_t n_end,
-                  float* HWY_RESTRICT y, size_t y_stride) {
-  using Tiles = std::array<TileFn<WT>, kMaxTileRows * kMaxTileM>;
+template <class Fmt>
+void MatMulRangeT(const float* HWY_RESTRICT x, size_t x_stride, size_t M, const Fmt& fmt,
+                  size_t n_begin, size_t n_end, float* HWY_RESTRICT y, size_t y_stride) {
+  using Tiles = std::array<TileFn<Fmt>, kMaxTileRows * kMaxTileM>;
   static constexpr Tiles kTiles =
-      MakeTiles<WT, false>(std::make_index_sequence<kMaxTileRows * kMaxTileM>());
+      MakeTiles<Fmt, false>(std::make_index_sequence<kMaxTileRows * kMaxTileM>());
   static constexpr Tiles kPrefetchingTiles =
-      MakeTiles<WT, true>(std::make_index_sequence<kMaxTileRows * kMaxTileM>());
+      MakeTiles<Fmt, true>(std::make_index_sequence<kMaxTileRows * kMaxTileM>());
+  const size_t K = fmt.K;
   const DF df;
   const size_t L = hn::Lanes(df);
   const TileShape shape = ChooseTileShape(M);
@@ -199,12 +279,11 @@ void MatMulRangeT(const float* HWY_RESTRICT x, size_t x_stride, size_t M,
   // it from L1/L2. x (M * K floats) is re-read once per row tile, from cache.
   for (size_t n = n_begin; n < n_end; n += shape.rows) {
     const size_t rows = std::min(shape.rows, n_end - n);
-    const WT* HWY_RESTRICT wn = w + n * K;
     // The next tile, when it is a whole one inside this range: prefetched by the first pass only
     // (later passes find this tile's rows in cache and the next tile already on its way).
-    const WT* next = n + 2 * shape.rows <= n_end ? wn + shape.rows * K : nullptr;
+    const size_t next = n + 2 * shape.rows <= n_end ? n + shape.rows : kNoRow;
     for (size_t r = 0; r < rows; ++r) {
-      for (size_t j = 0; j < tail; ++j) w_tail[r * L + j] = WeightToF32(wn[r * K + k_tail + j]);
+      for (size_t j = 0; j < tail; ++j) w_tail[r * L + j] = fmt.At(n + r, k_tail + j);
     }
     for (size_t m = 0; m < M; m += shape.m) {
       const size_t ms = std::min(shape.m, M - m);
@@ -212,8 +291,8 @@ void MatMulRangeT(const float* HWY_RESTRICT x, size_t x_stride, size_t M,
       for (size_t i = 0; i < ms; ++i) {
         for (size_t j = 0; j < tail; ++j) x_tail[i * L + j] = xm[i * x_stride + k_tail + j];
       }
-      const Tiles& tiles = m == 0 && next != nullptr ? kPrefetchingTiles : kTiles;
-      tiles[(rows - 1) * kMaxTileM + (ms - 1)](xm, x_stride, wn, K, x_tail, w_tail, next,
+      const Tiles& tiles = m == 0 && next != kNoRow ? kPrefetchingTiles : kTiles;
+      tiles[(rows - 1) * kMaxTileM + (ms - 1)](xm, x_stride, fmt, n, x_tail, w_tail, next,
                                                y + m * y_stride + n, y_stride);
     }
   }
@@ -222,20 +301,35 @@ void MatMulRangeT(const float* HWY_RESTRICT x, size_t x_stride, size_t M,
 }  // namespace matmul_internal
 
 // y[m, n] = sum_k x[m, k] * W[n, k] for m < M and n in [n_begin, n_end), on this target. w is
-// row-major [N, K] of w_dtype (kBF16 or kF32); x row m at x + m * x_stride, y row m at
-// y + m * y_stride. The caller has validated the arguments (kernels/matmul.cc).
+// row-major [N, K] of w_dtype (kBF16, kF32, or packed kQ8 / kQ4 with their `scales`,
+// core/tensor.h); x row m at x + m * x_stride, y row m at y + m * y_stride. The caller has
+// validated the arguments (kernels/matmul.cc).
 //
 // Inline (not static) so that the copy in each including translation unit is the same entity;
 // HWY_EXPORT takes its address, which forces an out-of-line definition per target.
 inline void MatMulRangeImpl(const float* HWY_RESTRICT x, size_t x_stride, size_t M,
-                            const void* HWY_RESTRICT w, DType w_dtype, size_t K, size_t n_begin,
-                            size_t n_end, float* HWY_RESTRICT y, size_t y_stride) {
-  if (w_dtype == DType::kBF16) {
-    matmul_internal::MatMulRangeT(x, x_stride, M, static_cast<const hwy::bfloat16_t*>(w), K,
-                                  n_begin, n_end, y, y_stride);
-  } else {
-    matmul_internal::MatMulRangeT(x, x_stride, M, static_cast<const float*>(w), K, n_begin,
-                                  n_end, y, y_stride);
+                            const void* HWY_RESTRICT w, DType w_dtype, const float* scales,
+                            size_t K, size_t n_begin, size_t n_end, float* HWY_RESTRICT y,
+                            size_t y_stride) {
+  namespace mi = matmul_internal;
+  switch (w_dtype) {
+    case DType::kBF16:
+      mi::MatMulRangeT(x, x_stride, M,
+                       mi::FloatRows<hwy::bfloat16_t>{static_cast<const hwy::bfloat16_t*>(w), K},
+                       n_begin, n_end, y, y_stride);
+      return;
+    case DType::kQ8:
+      mi::MatMulRangeT(x, x_stride, M, mi::Q8Rows{static_cast<const int8_t*>(w), scales, K},
+                       n_begin, n_end, y, y_stride);
+      return;
+    case DType::kQ4:
+      mi::MatMulRangeT(x, x_stride, M, mi::Q4Rows{static_cast<const uint8_t*>(w), scales, K},
+                       n_begin, n_end, y, y_stride);
+      return;
+    default:
+      mi::MatMulRangeT(x, x_stride, M, mi::FloatRows<float>{static_cast<const float*>(w), K},
+                       n_begin, n_end, y, y_stride);
+      return;
   }
 }
 

@@ -37,8 +37,9 @@ constexpr int64_t kRowAlign = 8;
 void CheckArguments(const float* x, int64_t x_stride, int64_t M, const Tensor& W, const float* y,
                     int64_t y_stride) {
   CHECK_EQ(W.rank(), size_t{2}) << "MatMul: W must be [N, K], got " << W.ShapeString();
-  CHECK(W.dtype() == DType::kBF16 || W.dtype() == DType::kF32)
-      << "MatMul: W dtype " << DTypeName(W.dtype()) << " is unsupported (bf16 or f32)";
+  CHECK(W.dtype() == DType::kBF16 || W.dtype() == DType::kF32 || IsPackedDType(W.dtype()))
+      << "MatMul: W dtype " << DTypeName(W.dtype())
+      << " is unsupported (bf16, f32, int8 or int4)";
   CHECK(W.contiguous()) << "MatMul: W " << W.ShapeString() << " must be contiguous";
   CHECK_GE(M, 0) << "MatMul: M";
   if (M == 0) return;
@@ -54,7 +55,7 @@ void Dispatch(const float* x, int64_t x_stride, int64_t M, const Tensor& W, int6
               int64_t n_end, float* y, int64_t y_stride) {
   HWY_DYNAMIC_DISPATCH(MatMulRangeImpl)
   (x, static_cast<size_t>(x_stride), static_cast<size_t>(M), W.data(), W.dtype(),
-   static_cast<size_t>(W.dim(1)), static_cast<size_t>(n_begin), static_cast<size_t>(n_end), y,
+   IsPackedDType(W.dtype()) ? PackedScales(W) : nullptr, static_cast<size_t>(W.dim(1)), static_cast<size_t>(n_begin), static_cast<size_t>(n_end), y,
    static_cast<size_t>(y_stride));
 }
 

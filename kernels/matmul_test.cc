@@ -18,6 +18,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "kernels/quantize.h"
 #include "kernels/ref/matmul_ref.h"
 
 // Shared by the per-target tests and the dispatched ones; foreach_target.h re-includes this file,
@@ -33,7 +34,8 @@ constexpr float kYSentinel = -12345.0f;
 
 // Random weights W [N, K] in [-1, 1] (bf16-rounded for kBF16), followed by `pad` NaN elements.
 // The vector holds exactly N * K + pad elements, so a read past W[N-1, K-1] is out of bounds for
-// AddressSanitizer (pad 0) or turns the result into NaN (pad > 0).
+// AddressSanitizer (pad 0) or turns the result into NaN (pad > 0). Packed formats (int8, int4)
+// quantize such rows into their own layout (rows, then scales; `pad` does not apply).
 class Weights {
  public:
   Weights(DType dtype, int64_t N, int64_t K, uint32_t seed, int64_t pad = 0)
@@ -42,7 +44,14 @@ class Weights {
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     const size_t n = static_cast<size_t>(N * K);
     const size_t total = n + static_cast<size_t>(pad);
-    if (dtype == DType::kBF16) {
+    if (IsPackedDType(dtype)) {
+      packed_ = OwnedTensor(dtype, {N, K});
+      std::vector<float> row(static_cast<size_t>(K));
+      for (int64_t r = 0; r < N; ++r) {
+        for (float& v : row) v = dist(rng);
+        QuantizeRow(row.data(), packed_.view(), r);
+      }
+    } else if (dtype == DType::kBF16) {
       bf16_.assign(total, F32ToBF16(kNaN));
       for (size_t i = 0; i < n; ++i) bf16_[i] = F32ToBF16(dist(rng));
     } else {
@@ -54,6 +63,7 @@ class Weights {
   Weights& operator=(const Weights&) = delete;
 
   Tensor view() {
+    if (IsPackedDType(dtype_)) return packed_.view();
     void* data = dtype_ == DType::kBF16 ? static_cast<void*>(bf16_.data())
                                         : static_cast<void*>(f32_.data());
     return Tensor(data, dtype_, {N_, K_});
@@ -65,6 +75,7 @@ class Weights {
   int64_t K_;
   std::vector<uint16_t> bf16_;
   std::vector<float> f32_;
+  OwnedTensor packed_;
 };
 
 // M rows of K values in [-1, 1], row m at m * x_stride; the gaps between rows and `pad` elements
@@ -86,10 +97,22 @@ std::vector<float> MakeY(int64_t M, int64_t N, int64_t y_stride, int64_t pad = 0
   return std::vector<float>(static_cast<size_t>(size), kYSentinel);
 }
 
-float WeightAt(const Tensor& W, int64_t n, int64_t k) {
-  const int64_t i = n * W.dim(1) + k;
-  return W.dtype() == DType::kBF16 ? BF16ToF32(W.data_as<const uint16_t>()[i])
-                                   : W.data_as<const float>()[i];
+// W [N, K] as the f32 weights it stands for (packed rows dequantized).
+std::vector<float> WeightsAsF32(const Tensor& W) {
+  const int64_t N = W.dim(0), K = W.dim(1);
+  std::vector<float> out(static_cast<size_t>(N * K));
+  for (int64_t n = 0; n < N; ++n) {
+    if (IsPackedDType(W.dtype())) {
+      DequantizeRow(W, n, out.data() + n * K);
+      continue;
+    }
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t i = n * K + k;
+      out[i] = W.dtype() == DType::kBF16 ? BF16ToF32(W.data_as<const uint16_t>()[i])
+                                         : W.data_as<const float>()[i];
+    }
+  }
+  return out;
 }
 
 // Checks y (M rows of N at y_stride) against ref::MatMul: |y - ref| <= 1e-5 * sum_k |x W| + 1e-30,
@@ -102,12 +125,13 @@ void ExpectMatchesReference(const std::vector<float>& y, int64_t y_stride, const
   const int64_t K = W.dim(1);
   std::vector<float> want(static_cast<size_t>(M * N));
   ref::MatMul(x, x_stride, M, W, want.data(), N);
+  const std::vector<float> w = WeightsAsF32(W);
   int failures = 0;
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t n = 0; n < N; ++n) {
       double abs_dot = 0.0;
       for (int64_t k = 0; k < K; ++k) {
-        abs_dot += std::fabs(static_cast<double>(x[m * x_stride + k]) * WeightAt(W, n, k));
+        abs_dot += std::fabs(static_cast<double>(x[m * x_stride + k]) * w[n * K + k]);
       }
       const double got = y[static_cast<size_t>(m * y_stride + n)];
       const double ref = want[static_cast<size_t>(m * N + n)];
@@ -170,6 +194,7 @@ namespace matmul_test_target {
 void Run(const float* x, int64_t x_stride, int64_t M, const Tensor& W, int64_t n_begin,
          int64_t n_end, float* y, int64_t y_stride) {
   MatMulRangeImpl(x, static_cast<size_t>(x_stride), static_cast<size_t>(M), W.data(), W.dtype(),
+                  IsPackedDType(W.dtype()) ? PackedScales(W) : nullptr,
                   static_cast<size_t>(W.dim(1)), static_cast<size_t>(n_begin),
                   static_cast<size_t>(n_end), y, static_cast<size_t>(y_stride));
 }
@@ -186,11 +211,12 @@ using matmul_test_target::Where;
 HWY_NOINLINE void TestMatMulMatchesReference() {
   uint32_t seed = 1;
   int cases = 0;
-  for (DType dtype : {DType::kBF16, DType::kF32}) {
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4}) {
     // M = 1..3, 4, 5 and more take the four tile shapes of the AVX-512 path (matmul-inl.h).
     for (int64_t M : {1, 2, 3, 4, 5, 16, 37}) {
       for (int64_t N : {1, 3, 4, 7, 64, 129}) {
-        for (int64_t K : {1, 7, 8, 15, 16, 31, 64, 100, 257, 2048}) {
+        for (int64_t K : {1, 7, 8, 15, 16, 31, 32, 64, 100, 257, 2048}) {
+          if (!CanPack(dtype, K) && IsPackedDType(dtype)) continue;
           ++seed;
           // Every other case has padded rows: x and y strides wider than K and N.
           const bool strided = seed % 2 == 0;
@@ -207,7 +233,8 @@ HWY_NOINLINE void TestMatMulMatchesReference() {
       }
     }
   }
-  EXPECT_EQ(cases, 2 * 7 * 6 * 10);
+  // int4: only K = 32, 64, 2048 (multiples of its group).
+  EXPECT_EQ(cases, (3 * 11 + 3) * 7 * 6);
 }
 
 HWY_NOINLINE void TestMatMulBatchInvariance() {
@@ -216,8 +243,9 @@ HWY_NOINLINE void TestMatMulBatchInvariance() {
   constexpr int64_t kM = 37;
   constexpr int64_t kN = 37;
   uint32_t seed = 500;
-  for (DType dtype : {DType::kBF16, DType::kF32}) {
-    for (int64_t K : {1, 7, 8, 15, 16, 17, 31, 100, 257, 2048}) {
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4}) {
+    for (int64_t K : {1, 7, 8, 15, 16, 17, 31, 64, 100, 257, 2048}) {
+      if (IsPackedDType(dtype) && !CanPack(dtype, K)) continue;
       ++seed;
       const std::string where = Where(dtype, kM, kN, K);
       Weights w(dtype, kN, K, seed);
@@ -260,8 +288,10 @@ HWY_NOINLINE void TestMatMulStaysInBounds() {
   // build. NaN-padded buffers: an over-read turns the result into NaN in every build. Every
   // partial-vector length is covered for every target (K up to 3 vectors of 16 lanes).
   uint32_t seed = 900;
-  for (DType dtype : {DType::kBF16, DType::kF32}) {
-    for (int64_t K = 0; K <= 50; ++K) {
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4}) {
+    for (int64_t K = 0; K <= 70; ++K) {
+      if (!IsPackedDType(dtype) && K > 50) break;
+      if (IsPackedDType(dtype) && !CanPack(dtype, K)) continue;
       for (int64_t N : {1, 2, 3, 4, 5, 9}) {
         for (int64_t M : {1, 2, 4, 7}) {
           for (int64_t pad : {0, 16}) {
@@ -392,7 +422,7 @@ TEST(MatMulTest, ModelShapesMatchReference) {
   // A Qwen3-Next expert (down: [2048, 512]; gate/up: [512, 2048]) at decode and prefill sizes.
   ThreadPool pool(2);
   uint32_t seed = 5000;
-  for (DType dtype : {DType::kBF16, DType::kF32}) {
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4}) {
     for (auto [N, K] : {std::pair<int64_t, int64_t>{512, 2048}, {2048, 512}}) {
       for (int64_t M : {1, 4, 19}) {
         ++seed;

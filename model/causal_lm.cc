@@ -4,6 +4,9 @@
 #include <cstring>
 #include <thread>
 
+#include <fmt/format.h>
+
+#include "core/trace.h"
 #include "kernels/matmul.h"
 #include "kernels/norms.h"
 
@@ -25,7 +28,9 @@ Result<std::unique_ptr<CausalLm>> CausalLm::Load(const std::string& dir,
 CausalLm::CausalLm(io::ModelConfig config, ShardLayout shard, ModelWeights weights,
                    size_t threads, parallel::Communicator* comm, ForwardOptions forward)
     : config_(std::move(config)), shard_(std::move(shard)), weights_(std::move(weights)),
-      pool_(threads), comm_(comm != nullptr ? comm : &single_rank_), forward_(forward) {
+      pool_(threads, fmt::format("rank {}", comm != nullptr ? comm->rank() : 0),
+            comm != nullptr ? comm->rank() : 0),
+      comm_(comm != nullptr ? comm : &single_rank_), forward_(forward) {
   CHECK_EQ(comm_->size(), shard_.spec.size) << "communicator and shard disagree on the ranks";
   CHECK_EQ(comm_->rank(), shard_.spec.rank);
 }
@@ -192,7 +197,10 @@ void CausalLm::ForwardBatch(const TokenBatch& batch, ModelCache& cache, const in
   const int64_t T = batch.num_tokens, H = config_.hidden_size;
   CHECK_GT(T, 0);
   float* x = Grow(x_, T * H);
-  EmbedRows(batch.tokens, T, x);
+  {
+    trace::Scope scope("embed");
+    EmbedRows(batch.tokens, T, x);
+  }
   // Each layer ends with the next one's input norm (the last with the final norm, into hidden).
   float* normed = Grow(scratch_.normed, T * H);
   float* hidden = Grow(hidden_, T * H);
@@ -206,6 +214,7 @@ void CausalLm::ForwardBatch(const TokenBatch& batch, ModelCache& cache, const in
                  last ? hidden : normed, cache);
   }
   Context(L).Tap("final_norm", hidden, T, H);
+  trace::Scope scope("lm_head", "rows", num_logits);
   if (num_logits > 0) Logits(hidden, logits_rows, num_logits, mode, logits_, argmax_);
 }
 
@@ -225,6 +234,7 @@ void CausalLm::Forward(const SequenceInput& seq, ModelCache& cache, bool all_log
 void CausalLm::MtpForwardBatch(const TokenBatch& batch, const float* hidden, ModelCache& cache,
                                const int32_t* logits_rows, int64_t num_logits, LogitsMode mode) {
   CHECK(has_mtp()) << "the model has no MTP head";
+  trace::Scope scope("mtp", "tokens", batch.num_tokens);
   const MtpWeights& mtp = weights_.mtp;
   const int64_t T = batch.num_tokens, H = config_.hidden_size;
   CHECK_GT(T, 0);

@@ -50,6 +50,9 @@ class CausalLm {
   ThreadPool& pool() { return pool_; }
   bool has_mtp() const { return !weights_.mtp.layers.empty(); }
   void set_activation_tap(ActivationTap tap) { tap_ = std::move(tap); }
+  // The --no-... switches of the forward from the next call on (results are equal either way).
+  const ForwardOptions& forward_options() const { return forward_; }
+  void set_forward_options(const ForwardOptions& forward) { forward_ = forward; }
 
   // Plans every buffer of a forward call for batches of up to max_tokens tokens and
   // max_logits_rows logits rows, so that such calls allocate nothing.

@@ -1,5 +1,7 @@
 #include "model/checkpoint_layout.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -224,13 +226,13 @@ Result<std::vector<ResolvedTensor>> ResolveCheckpoint(const ModelConfig& config,
 }
 
 ModelStats ComputeModelStats(const ModelConfig& config,
-                             const std::function<size_t(const CheckpointTensor&)>& element_size) {
+                             const std::function<double(const CheckpointTensor&)>& element_size) {
   ModelStats s;
   int64_t routed_params = 0, routed_bytes = 0;
   ForEachCheckpointTensor(config, [&](const CheckpointTensor& t) {
     int64_t numel = 1;
     for (int64_t d : t.shape) numel *= d;
-    const int64_t bytes = numel * static_cast<int64_t>(element_size(t));
+    const int64_t bytes = std::llround(static_cast<double>(numel) * element_size(t));
     switch (t.use) {
       case TensorUse::kMtp:
         s.params_mtp += numel;

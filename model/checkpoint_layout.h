@@ -101,8 +101,9 @@ struct ModelStats {
                                 // the MTP head excluded
 };
 
-// element_size(tensor) = bytes per element as stored.
+// element_size(tensor) = bytes per element as stored (fractional for packed formats, whose
+// scales add to their bytes).
 ModelStats ComputeModelStats(const io::ModelConfig& config,
-                             const std::function<size_t(const CheckpointTensor&)>& element_size);
+                             const std::function<double(const CheckpointTensor&)>& element_size);
 
 }  // namespace moeserve::model

@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 
+#include "core/trace.h"
 #include "kernels/activations.h"
 #include "kernels/causal_conv1d.h"
 #include "kernels/gated_delta_rule.h"
@@ -67,15 +69,32 @@ void GatedDeltaNet(const LayerContext& ctx, const GdnWeights& w, const TokenBatc
   // Projections: [T, q | k | v | z] and [T, b | a].
   float* proj = Grow(s.proj, T * cols);
   float* gates = Grow(s.gates, T * 2 * nv);
-  kernels::MatMul(x, H, T, w.in_proj_qkvz.view(), proj, cols, ctx.pool);
-  kernels::MatMul(x, H, T, w.in_proj_ba.view(), gates, 2 * nv, ctx.pool);
+  {
+    trace::Scope scope("gdn_in_proj");
+    kernels::MatMul(x, H, T, w.in_proj_qkvz.view(), proj, cols, ctx.pool);
+    kernels::MatMul(x, H, T, w.in_proj_ba.view(), gates, 2 * nv, ctx.pool);
+  }
 
   // Per token: causal conv + SiLU over [q | k | v] (in place, through its sequence's conv
   // window), l2norm of q (scaled by 1/sqrt(dk)) and k per key head, beta = sigmoid(b),
   // g = -exp(A_log) softplus(a + dt_bias).
+  std::optional<trace::Scope> scope;
+  scope.emplace("gdn_conv_norm");
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
   const int64_t conv_floats = (c.linear_conv_kernel_dim - 1) * conv_dim;
+  // Case study #5: sequences whose only new token is a decode token take the fused step below
+  // (the same kernel calls per channel and head, so the same bits) and skip these passes.
+  const auto fused = [&](int64_t seq) {
+    return ctx.options.fused_gdn_step && batch.seq_len(seq) == 1 &&
+           batch.verify_slots_of(seq) == nullptr;
+  };
+  // Beta and g of value head h from a token's raw [b | a] row, in place.
+  const auto prepare_gates = [&](float* b, int64_t h) {
+    b[h] = Sigmoid(b[h]);                                             // beta
+    b[nv + h] = w.neg_exp_a[h] * Softplus(b[nv + h] + w.dt_bias[h]);  // g (log decay)
+  };
   for (int64_t seq = 0; seq < batch.num_seqs; ++seq) {
+    if (fused(seq)) continue;
     float* conv_state = cache.conv_state(ctx.layer, batch.state_slots[seq]);
     const int32_t* verify_slots = batch.verify_slots_of(seq);
     for (int64_t t = batch.seq_begin(seq); t < batch.seq_begin(seq + 1); ++t) {
@@ -90,26 +109,58 @@ void GatedDeltaNet(const LayerContext& ctx, const GdnWeights& w, const TokenBatc
                                     c.linear_conv_kernel_dim, row);
     }
   }
-  for (int64_t t = 0; t < T; ++t) {
-    float* row = proj + t * cols;
-    for (int64_t g = 0; g < nk; ++g) {
-      kernels::L2Normalize(row + g * dk, kL2NormEps, q_scale, dk);
-      kernels::L2Normalize(row + key_dim + g * dk, kL2NormEps, 1.0f, dk);
-    }
-    float* b = gates + t * 2 * nv;
-    float* a = b + nv;
-    for (int64_t h = 0; h < nv; ++h) {
-      b[h] = Sigmoid(b[h]);                                   // beta
-      a[h] = w.neg_exp_a[h] * Softplus(a[h] + w.dt_bias[h]);  // g (log decay)
+  for (int64_t seq = 0; seq < batch.num_seqs; ++seq) {
+    if (fused(seq)) continue;
+    for (int64_t t = batch.seq_begin(seq); t < batch.seq_begin(seq + 1); ++t) {
+      float* row = proj + t * cols;
+      for (int64_t g = 0; g < nk; ++g) {
+        kernels::L2Normalize(row + g * dk, kL2NormEps, q_scale, dk);
+        kernels::L2Normalize(row + key_dim + g * dk, kL2NormEps, 1.0f, dk);
+      }
+      for (int64_t h = 0; h < nv; ++h) prepare_gates(gates + t * 2 * nv, h);
     }
   }
+
+  // The fused decode step of key head g of sequence seq (one token at t): its q, k channels and
+  // its r value heads' v channels through the conv, q and k l2-normed, then per value head the
+  // gates, the delta-rule step on its state and the gated RMSNorm with SiLU(z).
+  float* core = Grow(s.core, T * value_dim);
+  const auto fused_step = [&](int64_t seq, int64_t g) {
+    const int64_t t = batch.seq_begin(seq);
+    const int32_t slot = batch.state_slots[seq];
+    float* row = proj + t * cols;
+    float* conv_state = cache.conv_state(ctx.layer, slot);
+    const int64_t Kc = c.linear_conv_kernel_dim;
+    for (const int64_t begin : {g * dk, key_dim + g * dk}) {
+      kernels::CausalConv1dSiluStepRange(row, conv_state, w.conv.data(), conv_dim, Kc, begin,
+                                         begin + dk, row);
+    }
+    kernels::CausalConv1dSiluStepRange(row, conv_state, w.conv.data(), conv_dim, Kc,
+                                       2 * key_dim + g * r * dv, 2 * key_dim + (g + 1) * r * dv,
+                                       row);
+    kernels::L2Normalize(row + g * dk, kL2NormEps, q_scale, dk);
+    kernels::L2Normalize(row + key_dim + g * dk, kL2NormEps, 1.0f, dk);
+    float* gate_row = gates + t * 2 * nv;
+    for (int64_t h = g * r; h < (g + 1) * r; ++h) {
+      prepare_gates(gate_row, h);
+      float* o = core + t * value_dim + h * dv;
+      kernels::GatedDeltaRuleStep(cache.recurrent_state(ctx.layer, slot) + h * dk * dv,
+                                  row + g * dk, row + key_dim + g * dk, row + 2 * key_dim + h * dv,
+                                  gate_row[nv + h], gate_row[h], dk, dv, o);
+      kernels::RmsNormGated(o, row + conv_dim + h * dv, w.norm.data(), eps, o, dv);
+    }
+  };
 
   // The delta rule per (sequence, value head) (value head h reads key head h / r): one
   // recurrent step for a single token, else the chunked form over chunks aligned to absolute
   // multiples of 64, so the arithmetic does not depend on how a prompt is split across steps.
-  float* core = Grow(s.core, T * value_dim);
+  scope.emplace("gdn_delta_rule");
   ctx.pool.ParallelFor(batch.num_seqs * nv, [&](size_t task, size_t) {
     const int64_t seq = static_cast<int64_t>(task) / nv, h = static_cast<int64_t>(task) % nv;
+    if (fused(seq)) {
+      if (h % r == 0) fused_step(seq, h / r);  // one task per key head; the others idle
+      return;
+    }
     const int64_t begin = batch.seq_begin(seq), len_seq = batch.seq_len(seq);
     const int64_t first_pos = batch.positions[begin];
     float* Sh = cache.recurrent_state(ctx.layer, batch.state_slots[seq]) + h * dk * dv;
@@ -152,11 +203,15 @@ void GatedDeltaNet(const LayerContext& ctx, const GdnWeights& w, const TokenBatc
   });
 
   // Gated RMSNorm per (token, value head) with SiLU(z), then out_proj.
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t h = 0; h < nv; ++h) {
-      float* o = core + t * value_dim + h * dv;
-      const float* z = proj + t * cols + conv_dim + h * dv;
-      kernels::RmsNormGated(o, z, w.norm.data(), eps, o, dv);
+  scope.emplace("gdn_gated_norm_out_proj");
+  for (int64_t seq = 0; seq < batch.num_seqs; ++seq) {
+    if (fused(seq)) continue;
+    for (int64_t t = batch.seq_begin(seq); t < batch.seq_begin(seq + 1); ++t) {
+      for (int64_t h = 0; h < nv; ++h) {
+        float* o = core + t * value_dim + h * dv;
+        const float* z = proj + t * cols + conv_dim + h * dv;
+        kernels::RmsNormGated(o, z, w.norm.data(), eps, o, dv);
+      }
     }
   }
   ctx.Tap("gdn_core", core, T, value_dim);
@@ -245,6 +300,7 @@ void SharedExpertDown(const LayerContext& ctx, const MoeWeights& w, SharedRows r
 // The shared expert over rows on its own (not joined with routed experts).
 void SharedExpert(const LayerContext& ctx, const MoeWeights& w, const float* x, SharedRows rows) {
   if (rows.count() <= 0) return;
+  trace::Scope scope("shared_expert");
   Scratch& s = ctx.scratch;
   const int64_t H = ctx.config.hidden_size, Is = ctx.config.shared_expert_intermediate_size;
   kernels::MatMul(x + rows.begin * H, H, rows.count(), w.shared.gate_up.view(),
@@ -264,6 +320,7 @@ float SharedGate(const MoeWeights& w, const float* x_row, int64_t H) {
 // expert's rows `shared` (may be empty) run joined with the first group of experts.
 void RoutedExperts(const LayerContext& ctx, const MoeWeights& w, const float* x, int64_t T,
                    const int32_t* ids, const float* weights, SharedRows shared, float* out) {
+  trace::Scope scope(shared.count() > 0 ? "experts_and_shared" : "routed_experts");
   const io::ModelConfig& c = ctx.config;
   Scratch& s = ctx.scratch;
   const int64_t H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok;
@@ -349,6 +406,8 @@ MoeResult SparseMoe(const LayerContext& ctx, const MoeWeights& w, const float* x
   const int64_t H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok;
 
   // Router: f32 softmax over all experts, top-k, renormalized over the k.
+  std::optional<trace::Scope> router_scope;
+  router_scope.emplace("router");
   float* probs = Grow(s.router, T * E);
   kernels::MatMul(x, H, T, w.router.view(), probs, E, ctx.pool);
   int32_t* ids = Grow(s.topk_ids, T * k);
@@ -362,6 +421,7 @@ MoeResult SparseMoe(const LayerContext& ctx, const MoeWeights& w, const float* x
       for (int64_t j = 0; j < k; ++j) weights[t * k + j] /= sum;
     }
   }
+  router_scope.reset();
   ctx.Tap("router_probs", probs, T, E);
   Grow(s.shared_mid, T * 2 * c.shared_expert_intermediate_size);
   Grow(s.shared_out, T * H);
@@ -501,19 +561,27 @@ void DecoderLayer(const LayerContext& ctx, const DecoderLayerWeights& w, const T
   ctx.Tap("input_norm", normed, T, H);
   const bool gdn = w.type == io::LayerType::kLinearAttention;
   if (gdn) {
+    trace::Scope scope("gated_deltanet", "layer", ctx.layer);
     GatedDeltaNet(ctx, w.gdn, batch, normed, cache, delta);
   } else {
+    trace::Scope scope("attention", "layer", ctx.layer);
     Attention(ctx, w.attention, batch, normed, cache.kv(ctx.layer), delta);
   }
-  ReduceAddNorm(ctx, delta, gdn ? "gdn_out" : "attn_out", x, w.post_attention_norm, T, normed);
+  {
+    trace::Scope scope("reduce_add_norm", "layer", ctx.layer);
+    ReduceAddNorm(ctx, delta, gdn ? "gdn_out" : "attn_out", x, w.post_attention_norm, T, normed);
+  }
 
   ctx.Tap("post_attention_norm", normed, T, H);
   MoeResult ffn;
   if (w.moe) {
+    trace::Scope scope("moe", "layer", ctx.layer);
     ffn = SparseMoe(ctx, w.experts, normed, T, delta);
   } else {
+    trace::Scope scope("mlp", "layer", ctx.layer);
     SwiGluMlp(ctx, w.mlp, normed, T, delta);
   }
+  trace::Scope scope("reduce_add_norm", "layer", ctx.layer);
   ReduceAddNorm(ctx, delta, w.moe ? "moe_out" : "mlp_out", x, next_norm, T, next_normed, ffn);
   ctx.Tap("layer_out", x, T, H);
 }

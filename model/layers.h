@@ -58,6 +58,11 @@ struct ForwardOptions {
   // sums: all-gather dispatch). mc2: that all-to-all pipelined (MC2), else blocking.
   int64_t mc2_max_tokens = 0;
   bool mc2 = true;
+  // A GDN layer's decode tokens (one new token, not a verify run) take one fused task per
+  // (sequence, key head): conv + SiLU of its channels, l2norms, gates, its value heads' delta-rule
+  // steps and gated RMSNorms, while they sit in that core's cache -- instead of layer-wide passes
+  // (conv, norms and gated norm on one thread, then the delta rule in parallel).
+  bool fused_gdn_step = true;
 };
 
 // What SparseMoe leaves in `out`: by default this rank's part of every row (the ranks' outputs

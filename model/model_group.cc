@@ -3,8 +3,11 @@
 #include <cstring>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "core/check.h"
 #include "core/log.h"
+#include "core/trace.h"
 #include "parallel/mpi_communicator.h"
 
 namespace moeserve::model {
@@ -165,6 +168,40 @@ void ModelGroup::CopySlot(int32_t from, int32_t to) {
   Issue(Command{.op = Op::kCopySlot, .a = from, .b = to});
 }
 
+namespace {
+
+// ForwardOptions' switches as the bits of a command's integer, and back.
+enum ForwardBits : int64_t {
+  kFusedAllReduceNorm = 1,
+  kSharedExpertOverlap = 2,
+  kMc2 = 4,
+  kFusedGdnStep = 8,
+};
+
+int64_t PackForwardBits(const ForwardOptions& f) {
+  return (f.fused_allreduce_norm ? kFusedAllReduceNorm : 0) |
+         (f.shared_expert_overlap ? kSharedExpertOverlap : 0) | (f.mc2 ? kMc2 : 0) |
+         (f.fused_gdn_step ? kFusedGdnStep : 0);
+}
+
+ForwardOptions UnpackForwardOptions(int64_t bits, int64_t mc2_max_tokens) {
+  ForwardOptions f;
+  f.fused_allreduce_norm = (bits & kFusedAllReduceNorm) != 0;
+  f.shared_expert_overlap = (bits & kSharedExpertOverlap) != 0;
+  f.mc2 = (bits & kMc2) != 0;
+  f.fused_gdn_step = (bits & kFusedGdnStep) != 0;
+  f.mc2_max_tokens = mc2_max_tokens;
+  return f;
+}
+
+}  // namespace
+
+void ModelGroup::SetForwardOptions(const ForwardOptions& forward) {
+  Issue(Command{.op = Op::kSetForwardOptions,
+                .a = PackForwardBits(forward),
+                .b = forward.mc2_max_tokens});
+}
+
 void ModelGroup::ForwardBatch(const TokenBatch& batch, const int32_t* logits_rows,
                               int64_t num_logits, LogitsMode mode) {
   Issue(Command{.op = Op::kForward,
@@ -195,6 +232,9 @@ void ModelGroup::Execute(Rank& rank, const Command& c) {
     case Op::kCopySlot:
       rank.cache->CopySlot(static_cast<int32_t>(c.a), static_cast<int32_t>(c.b));
       break;
+    case Op::kSetForwardOptions:
+      rank.model->set_forward_options(UnpackForwardOptions(c.a, c.b));
+      break;
     case Op::kForward:
       rank.model->ForwardBatch(*c.batch, *rank.cache, c.rows, c.num_rows, c.mode);
       break;
@@ -224,6 +264,7 @@ void ModelGroup::Issue(const Command& command) {
 }
 
 void ModelGroup::FollowLocal(int r) {
+  trace::NameThisThread(r, fmt::format("rank {}", r));
   Rank& rank = ranks_[r];
   uint64_t seen = 0;
   for (;;) {
@@ -246,6 +287,7 @@ void ModelGroup::FollowLocal(int r) {
 
 void ModelGroup::Follow() {
   CHECK(!leader() && kind_ == CommKind::kMpi) << "Follow() is for MPI ranks other than 0";
+  trace::NameThisThread(rank_, fmt::format("rank {}", rank_));
   WireBatch wire;
   std::vector<std::byte> bytes;
   for (;;) {

@@ -57,6 +57,7 @@ class ModelGroup {
 
   // True on the process that drives the group (rank 0); other MPI processes call Follow().
   bool leader() const { return rank_ == 0; }
+  int rank() const { return rank_; }  // this process's rank: 0 under kLocal
   int size() const { return size_; }
   // This process's model: on the leader rank 0's, whose outputs (hidden, logits, argmax, MTP)
   // every rank holds identically after a call.
@@ -72,6 +73,7 @@ class ModelGroup {
   void Reserve(int64_t max_tokens, int64_t max_logits_rows);
   void ResetSlot(int32_t slot);
   void CopySlot(int32_t from, int32_t to);
+  void SetForwardOptions(const ForwardOptions& forward);  // bench latency --ablation
   void ForwardBatch(const TokenBatch& batch, const int32_t* logits_rows, int64_t num_logits,
                     LogitsMode mode);
   void MtpForwardBatch(const TokenBatch& batch, const float* hidden, const int32_t* logits_rows,
@@ -82,11 +84,13 @@ class ModelGroup {
 
  private:
   enum class Op : int32_t {
-    kCreateCache, kReserve, kResetSlot, kCopySlot, kForward, kMtpForward, kStop
+    kCreateCache, kReserve, kResetSlot, kCopySlot, kSetForwardOptions, kForward, kMtpForward,
+    kStop
   };
   struct Command {
     Op op = Op::kStop;
-    // CreateCache: sizes; Reserve: tokens, rows; ResetSlot: slot; CopySlot: from, to
+    // CreateCache: sizes; Reserve: tokens, rows; ResetSlot: slot; CopySlot: from, to;
+    // SetForwardOptions: the switches as bits (ForwardBits), mc2_max_tokens
     int64_t a = 0, b = 0, c = 0;
     const TokenBatch* batch = nullptr;
     const float* hidden = nullptr;  // kMtpForward: [num_tokens, H]

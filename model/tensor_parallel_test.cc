@@ -240,6 +240,31 @@ TEST(TensorParallelTest, FusedAllReduceNormEqualsUnfused) {
   }
 }
 
+// The fused GDN decode step (one task per key head: conv, norms, gates, delta rule, gated norm)
+// gives the bits of the layer-wide passes, on one rank and with the GDN heads split over ranks;
+// prompts (chunked form) do not take it, and their logits are unchanged too.
+TEST(TensorParallelTest, FusedGdnStepEqualsUnfused) {
+  for (const std::string& dir :
+       kSanitized ? std::vector<std::string>{kTinyDir}
+                  : std::vector<std::string>{kTinyDir, ModelDir("qwen3_5_moe")}) {
+    Result<std::unique_ptr<CausalLm>> one =
+        CausalLm::Load(dir, {.weight_dtype = std::nullopt, .threads = 2});
+    ASSERT_TRUE(one.ok());
+    const std::vector<int32_t> prompt = Prompt((*one)->config().vocab_size);
+    const std::vector<int32_t> feed = GreedyFeed(**one, prompt);
+    for (int tp : kSanitized ? std::vector<int>{2} : std::vector<int>{1, 2}) {
+      const RankRun fused = RunLayout(dir, tp, false, prompt, feed);
+      const RankRun unfused =
+          RunLayout(dir, tp, false, prompt, feed, ForwardOptions{.fused_gdn_step = false});
+      EXPECT_EQ(fused.prompt_logits, unfused.prompt_logits) << dir << " --tp " << tp;
+      ASSERT_EQ(fused.step_logits.size(), static_cast<size_t>(kSteps / 2));
+      EXPECT_EQ(fused.step_logits, unfused.step_logits) << dir << " --tp " << tp;
+      EXPECT_EQ(fused.step_argmax, unfused.step_argmax) << dir << " --tp " << tp;
+      EXPECT_EQ(fused.mtp_logits, unfused.mtp_logits) << dir << " --tp " << tp;
+    }
+  }
+}
+
 // --ep's paths -- all-gather dispatch, all-to-all combine blocking or pipelined (MC2), the shared
 // expert joined or apart -- give every token the same bits, so a step may pick any of them.
 TEST(TensorParallelTest, ExpertParallelPathsAreBitIdentical) {

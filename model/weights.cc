@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/quantize.h"
 #include "model/arch/qwen3_next.h"
 #include "model/checkpoint_layout.h"
 
@@ -13,8 +14,18 @@ using io::SafetensorsTensor;
 
 bool IsFloatDType(DType d) { return d == DType::kBF16 || d == DType::kF16 || d == DType::kF32; }
 
-OwnedTensor NewMatrix(DType dtype, int64_t rows, int64_t cols) {
-  return OwnedTensor(dtype, {rows, cols});
+// How the matrices of a load are stored: `base` (bf16 or f32), or for --weight-dtype int8 /
+// int4 that packed format where MatrixDType allows it.
+struct MatrixFormat {
+  DType requested;
+  DType base;
+  DType For(TensorRole role, int64_t cols) const {
+    return MatrixDType(requested, base, role, cols);
+  }
+};
+
+OwnedTensor NewMatrix(const MatrixFormat& format, TensorRole role, int64_t rows, int64_t cols) {
+  return OwnedTensor(format.For(role, cols), {rows, cols});
 }
 
 // Row indices of a source tensor: the concatenation of ranges, each shifted by `offset`.
@@ -35,10 +46,16 @@ void CopyBlock(const SafetensorsTensor& src, int64_t src_cols, const std::vector
   CHECK_LE(cols.end(), src_cols);
   CHECK_LE(dst_row + static_cast<int64_t>(rows.size()), dst.dim(0));
   const size_t src_size = DTypeSize(src.dtype), dst_size = DTypeSize(dst.dtype());
+  const bool packed = IsPackedDType(dst.dtype());
   std::vector<float> row(src.dtype == dst.dtype() ? 0 : cols.count);
   for (size_t i = 0; i < rows.size(); ++i) {
     CHECK_LE(static_cast<size_t>((rows[i] + 1) * src_cols) * src_size, src.bytes.size());
     const std::byte* from = src.bytes.data() + (rows[i] * src_cols + cols.begin) * src_size;
+    if (packed) {  // whole rows: each is quantized on its own
+      ConvertToF32(src.dtype, from, row.data(), cols.count);
+      kernels::QuantizeRow(row.data(), dst, dst_row + static_cast<int64_t>(i));
+      continue;
+    }
     std::byte* to = static_cast<std::byte*>(dst.data()) +
                     (dst_row + static_cast<int64_t>(i)) * cols.count * dst_size;
     if (src.dtype == dst.dtype()) {
@@ -74,7 +91,7 @@ std::vector<float> NormWeight(const CheckpointTensor& spec, const SafetensorsTen
 
 // Allocates the matrices that several checkpoint tensors are copied into, at this rank's sizes
 // (`shard.local`); under --ep only the experts the rank holds.
-void AllocateLayer(const ShardLayout& shard, DType dtype, io::LayerType type, bool moe,
+void AllocateLayer(const ShardLayout& shard, const MatrixFormat& f, io::LayerType type, bool moe,
                    DecoderLayerWeights* layer) {
   const io::ModelConfig& c = shard.local;
   const int64_t H = c.hidden_size;
@@ -83,25 +100,29 @@ void AllocateLayer(const ShardLayout& shard, DType dtype, io::LayerType type, bo
   if (type == io::LayerType::kFullAttention) {
     const int64_t q_rows = c.num_attention_heads * c.head_dim * (c.attn_output_gate ? 2 : 1);
     const int64_t kv_rows = c.num_key_value_heads * c.head_dim;
-    layer->attention.qkv = NewMatrix(dtype, q_rows + 2 * kv_rows, H);
+    layer->attention.qkv = NewMatrix(f, TensorRole::kQProj, q_rows + 2 * kv_rows, H);
     if (c.attention_bias) layer->attention.qkv_bias.assign(q_rows + 2 * kv_rows, 0.0f);
   } else {
-    layer->gdn.in_proj_qkvz =
-        NewMatrix(dtype, 2 * c.linear_key_dim() + 2 * c.linear_value_dim(), H);
-    layer->gdn.in_proj_ba = NewMatrix(dtype, 2 * c.linear_num_value_heads, H);
+    layer->gdn.in_proj_qkvz = NewMatrix(f, TensorRole::kGdnInProjQkvz,
+                                        2 * c.linear_key_dim() + 2 * c.linear_value_dim(), H);
+    layer->gdn.in_proj_ba =
+        NewMatrix(f, TensorRole::kGdnInProjBa, 2 * c.linear_num_value_heads, H);
   }
   if (moe) {
     layer->experts.experts.resize(c.num_experts);
     for (int64_t e = 0; e < c.num_experts; ++e) {
       if (!shard.holds_expert(e)) continue;
-      layer->experts.experts[e].gate_up = NewMatrix(dtype, 2 * c.moe_intermediate_size, H);
-      layer->experts.experts[e].down = NewMatrix(dtype, H, c.moe_intermediate_size);
+      layer->experts.experts[e].gate_up =
+          NewMatrix(f, TensorRole::kExpertGate, 2 * c.moe_intermediate_size, H);
+      layer->experts.experts[e].down =
+          NewMatrix(f, TensorRole::kExpertDown, H, c.moe_intermediate_size);
     }
     if (c.shared_expert_intermediate_size > 0) {
-      layer->experts.shared.gate_up = NewMatrix(dtype, 2 * c.shared_expert_intermediate_size, H);
+      layer->experts.shared.gate_up =
+          NewMatrix(f, TensorRole::kSharedExpertGate, 2 * c.shared_expert_intermediate_size, H);
     }
   } else {
-    layer->mlp.gate_up = NewMatrix(dtype, 2 * c.intermediate_size, H);
+    layer->mlp.gate_up = NewMatrix(f, TensorRole::kMlpGate, 2 * c.intermediate_size, H);
   }
 }
 
@@ -113,6 +134,27 @@ DType ChooseMatrixDType(const std::vector<ResolvedTensor>& tensors) {
 }
 
 }  // namespace
+
+DType MatrixDType(DType requested, DType base, TensorRole role, int64_t cols) {
+  if (!IsPackedDType(requested)) return requested;
+  switch (role) {
+    case TensorRole::kEmbedding:  // rows looked up, not multiplied
+    case TensorRole::kRouter:     // small, and its argmax picks the experts
+      return base;
+    case TensorRole::kLmHead:  // int8 under int4 too (llama.cpp keeps the output layer wider)
+      return DType::kQ8;
+    default:
+      return kernels::CanPack(requested, cols) ? requested : base;
+  }
+}
+
+double BytesPerWeight(DType dtype, int64_t cols) {
+  switch (dtype) {
+    case DType::kQ8: return 1.0 + static_cast<double>(sizeof(float)) / static_cast<double>(cols);
+    case DType::kQ4: return 0.5 + static_cast<double>(sizeof(float)) / kQ4Group;
+    default: return static_cast<double>(DTypeSize(dtype));
+  }
+}
 
 Result<ModelWeights> LoadWeights(const io::ModelConfig& c, const ShardLayout& shard,
                                  const io::SafetensorsCheckpoint& checkpoint,
@@ -126,18 +168,22 @@ Result<ModelWeights> LoadWeights(const io::ModelConfig& c, const ShardLayout& sh
   }
   ModelWeights w;
   w.matrix_dtype = matrix_dtype.value_or(ChooseMatrixDType(tensors));
-  if (w.matrix_dtype != DType::kBF16 && w.matrix_dtype != DType::kF32) {
-    return InvalidArgument("weight dtype {} is not supported (bf16 or f32)",
+  if (w.matrix_dtype != DType::kBF16 && w.matrix_dtype != DType::kF32 &&
+      !IsPackedDType(w.matrix_dtype)) {
+    return InvalidArgument("weight dtype {} is not supported (bf16, f32, int8 or int4)",
                            DTypeName(w.matrix_dtype));
   }
-  const DType dt = w.matrix_dtype;
+  // Packed formats keep what they cannot hold (routers, embeddings, int4's odd widths) in the
+  // checkpoint's own precision.
+  w.base_dtype = IsPackedDType(w.matrix_dtype) ? ChooseMatrixDType(tensors) : w.matrix_dtype;
+  const MatrixFormat format{w.matrix_dtype, w.base_dtype};
   w.layers.resize(c.num_hidden_layers);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    AllocateLayer(shard, dt, c.layer_types[i], c.IsMoeLayer(i), &w.layers[i]);
+    AllocateLayer(shard, format, c.layer_types[i], c.IsMoeLayer(i), &w.layers[i]);
   }
   w.mtp.layers.resize(c.num_mtp_layers);
   for (DecoderLayerWeights& layer : w.mtp.layers) {
-    AllocateLayer(shard, dt, io::LayerType::kFullAttention, c.num_experts > 0, &layer);
+    AllocateLayer(shard, format, io::LayerType::kFullAttention, c.num_experts > 0, &layer);
   }
 
   // Global sizes, and this rank's slices of them (shard.h).
@@ -185,7 +231,8 @@ Result<ModelWeights> LoadWeights(const io::ModelConfig& c, const ShardLayout& sh
     const int64_t cols = spec.shape.back();
     // Rows `rows` (all columns, or `col_range`) as a new matrix.
     auto matrix = [&](const std::vector<int64_t>& rows, Range col_range) {
-      OwnedTensor m = NewMatrix(dt, static_cast<int64_t>(rows.size()), col_range.count);
+      OwnedTensor m =
+          NewMatrix(format, spec.role, static_cast<int64_t>(rows.size()), col_range.count);
       CopyBlock(src, cols, rows, col_range, m.view(), 0);
       return m;
     };

@@ -17,6 +17,7 @@
 #include "core/tensor.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
+#include "model/checkpoint_layout.h"
 #include "model/shard.h"
 
 namespace moeserve::model {
@@ -74,7 +75,8 @@ struct MtpWeights {
 };
 
 struct ModelWeights {
-  DType matrix_dtype = DType::kBF16;
+  DType matrix_dtype = DType::kBF16;  // --weight-dtype: bf16, f32, or packed int8 / int4
+  DType base_dtype = DType::kBF16;    // bf16 or f32: matrices a packed format does not hold
   OwnedTensor embedding;  // [V, H] (vocab-parallel ranks: their rows, shard.h)
   std::vector<DecoderLayerWeights> layers;
   std::vector<float> final_norm;  // [H]
@@ -86,10 +88,20 @@ struct ModelWeights {
   }
 };
 
+// The dtype a matrix of `role` with `cols` columns is stored in for --weight-dtype `requested`
+// (checkpoint precision `base`, bf16 or f32): `requested` for bf16 / f32; for the packed formats
+// int8 / int4 every projection and expert, except the embedding and routers (kept in `base`)
+// and lm_head (int8 under int4 too); int4 falls back to `base` where cols % kQ4Group != 0.
+DType MatrixDType(DType requested, DType base, TensorRole role, int64_t cols);
+// Bytes a weight of a [*, cols] matrix of `dtype` takes, scales included (int8: 1 + 4 / cols,
+// int4: 0.5 + 4 / 32).
+double BytesPerWeight(DType dtype, int64_t cols);
+
 // Loads and transforms every tensor `config` implies from `checkpoint`, keeping the part rank
 // shard.spec.rank holds (shard.h; the whole model for a single rank, at shard.local's sizes; an
-// expert another rank holds under --ep is left empty). matrix_dtype: bf16 or f32; nullopt picks
-// f32 when the checkpoint stores its matrices in f32 or f16, else bf16. Errors name the missing,
+// expert another rank holds under --ep is left empty). matrix_dtype: bf16, f32, int8 or int4
+// (MatrixDType); nullopt picks f32 when the checkpoint stores its matrices in f32 or f16, else
+// bf16. Errors name the missing,
 // misshapen or unusable tensor.
 Result<ModelWeights> LoadWeights(const io::ModelConfig& config, const ShardLayout& shard,
                                  const io::SafetensorsCheckpoint& checkpoint,

@@ -27,8 +27,11 @@ if [ "${MOESERVE_SKIP_TSAN:-0}" != 1 ]; then
   ctest --preset tsan -j "$jobs" -R '(ThreadPool|LocalCommunicator|SingleRankCommunicator|LinkModel|ModelGroup|EngineLoop|HttpServerThreads)Test'
 fi
 
+# Everything but two tests whose work is not ours to sanitize: the training smoke test (PyTorch)
+# and the differential tokenizer test (Hugging Face's tokenizers in Node; our tokenizer is
+# fuzzed under ASan above and unit-tested here). Both run in the Release pass.
 if [ "${MOESERVE_SKIP_ASAN:-0}" != 1 ]; then
   cmake --preset asan
   cmake --build --preset asan -j "$jobs"
-  ctest --preset asan -j "$jobs"
+  ctest --preset asan -j "$jobs" -E '^(train_smoke|tokenizer_hf_differential)$'
 fi

@@ -108,6 +108,24 @@ TEST_F(CliTest, TinyQwen3NextCountsMatchTheHandComputation) {
                 ["layer_types"]);
 }
 
+// inspect names the SIMD target the kernels run with; MOESERVE_ISA restricts it.
+TEST_F(CliTest, InspectPrintsTheSimdTargetAndMoeserveIsaRestrictsIt) {
+  const fs::path out = Dir("tiny_isa");
+  ASSERT_EQ(Run("make-model --preset tiny --out " + out.string()).exit_code, 0);
+  CommandResult r = Run("inspect --json --bandwidth 20 --model " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json best = json::parse(r.out);
+  ASSERT_FALSE(best["isas_available"].empty());
+  EXPECT_EQ(best["isa"], best["isas_available"][0]);
+  const std::string worst = best["isas_available"].back();
+  r = e2e::RunShell("MOESERVE_ISA=" + worst + " " MOESERVE_BINARY " inspect --bandwidth 20 --model " +
+                   out.string(),
+                    Dir("isa.err"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("SIMD             " + worst + " (this CPU and build: "), std::string::npos)
+      << r.out;
+}
+
 TEST_F(CliTest, MakeModelIsDeterministicForASeed) {
   const fs::path a = Dir("seed_a"), b = Dir("seed_b"), c = Dir("seed_c");
   ASSERT_EQ(Run("make-model --preset tiny --seed 5 --out " + a.string()).exit_code, 0);
@@ -255,6 +273,18 @@ TEST_F(CliTest, LogitsGenerateAndActivationDumpOnTheGoldenModel) {
   EXPECT_GT(bench["runs"][0]["tpot_ms"].get<double>(), 0.0);
   EXPECT_GT(bench["runs"][0]["roofline_ratio"].get<double>(), 0.0);
   EXPECT_NE(r.out.find("roofline"), std::string::npos);
+  // Packed weights, quantized at load: fewer bytes per token, int4 fewest.
+  int64_t packed_bytes = bench["bytes_per_token"];
+  for (const char* dtype : {"int8", "int4"}) {
+    r = Run(fmt::format("bench latency --model {} --input-len 20 --output-len 5 --weight-dtype {} "
+                        "--json {}",
+                        tiny, dtype, Dir("packed.json").string()));
+    ASSERT_EQ(r.exit_code, 0) << dtype << ": " << r.err;
+    const json packed = json::parse(ReadFile(Dir("packed.json")));
+    EXPECT_EQ(packed["weight_dtype"], dtype);
+    EXPECT_LT(packed["bytes_per_token"].get<int64_t>(), packed_bytes) << dtype;
+    packed_bytes = packed["bytes_per_token"];
+  }
 
   for (const std::string& bad : {std::string("--token-ids 1,x"), std::string("--token-ids 512"),
                                  std::string("--token-ids 1 --weight-dtype f16"),

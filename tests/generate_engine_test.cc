@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
@@ -386,6 +387,60 @@ TEST_F(GenerateEngineTest, BenchLatencyBatchSizes) {
                       Model("qwen3_next")));
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
   EXPECT_NE(bad.err.find("--max-num-seqs 2 is below --batch-size 4"), std::string::npos) << bad.err;
+}
+
+// (e2) --ablation measures TPOT with each optimization of the configuration off in turn; --isa
+// restricts the SIMD target (printed and in the JSON); --trace writes a Chrome trace of every
+// step with each op, per thread and rank.
+TEST_F(GenerateEngineTest, BenchLatencyAblationIsaAndTrace) {
+  const fs::path out = Path("ablation.json");
+  const fs::path trace = Path("trace.json");
+  const CommandResult r = Run(fmt::format(
+      "bench latency --model {} --batch-size 1 --input-len 8 --output-len 6 --spec mtp:1 "
+      "--tp 2 --ablation --isa avx2 --trace {} --json {}",
+      Model("qwen3_next"), trace.string(), out.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("SIMD avx2"), std::string::npos) << r.out;
+  const json bench = json::parse(ReadFile(out));
+  EXPECT_EQ(bench["isa"], "avx2");
+  std::vector<std::string> names;
+  for (const json& row : bench["ablation"]) {
+    names.push_back(row["optimization"]);
+    EXPECT_GT(row["tpot_ms"].get<double>(), 0.0) << row.dump();
+    EXPECT_TRUE(row["change_pct"].is_number()) << row.dump();
+    EXPECT_NE(r.out.find(row["optimization"].get<std::string>()), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(row["flag"].get<std::string>()), std::string::npos) << r.out;
+  }
+  // The tiny hybrid model has a shared expert; --tp 2 without --ep: no MC2.
+  const std::vector<std::string> wanted = {
+      "#1 shared expert overlapped with the routed ones", "#5 fused GDN decode step per key head",
+      "#8/#9 greedy argmax in the forward (no full logits)",
+      "#15 fused all-reduce + residual add + RMSNorm", "#17 speculative decoding (mtp:1)"};
+  EXPECT_EQ(names, wanted);
+  ASSERT_EQ(bench["ablation_baseline_tpot_ms"].size(), 2u);
+
+  // The trace: lanes of both ranks and the engine, steps, and each layer's ops on both ranks.
+  const json events = json::parse(ReadFile(trace))["traceEvents"];
+  std::map<std::string, int> lanes;  // lane name -> pid
+  std::map<std::pair<int, std::string>, int> count;  // (pid, event name) -> events
+  for (const json& e : events) {
+    if (e["ph"] == "M") lanes[e["args"]["name"]] = e["pid"];
+    if (e["ph"] == "X") {
+      ++count[{e["pid"].get<int>(), e["name"].get<std::string>()}];
+      EXPECT_GE(e["dur"].get<double>(), 0.0);
+    }
+  }
+  EXPECT_EQ(lanes["rank 0 engine"], 0);
+  EXPECT_EQ(lanes["rank 1"], 1);
+  for (const char* name : {"step", "schedule", "forward", "sample", "propose", "update"}) {
+    EXPECT_GT((count[{0, name}]), 0) << name;
+  }
+  for (int pid : {0, 1}) {
+    for (const char* name : {"embed", "gated_deltanet", "attention", "moe", "reduce_add_norm",
+                             "router", "lm_head", "mtp", "gdn_delta_rule"}) {
+      EXPECT_GT((count[{pid, name}]), 0) << "rank " << pid << " " << name;
+    }
+  }
 }
 
 // (f) A token budget of 64 on a hybrid model chunks the 100+-token prompts (prefill chunks end

@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "tests/run_binary.h"
 #include "tests/server_process.h"
@@ -206,6 +208,27 @@ TEST(LimitsTest, BadBoundsAreUsageErrors) {
                                                   fs::temp_directory_path() / "limits_usage.err");
     EXPECT_EQ(r.exit_code, 2) << flag;
     EXPECT_NE(r.err.find("--turns"), std::string::npos) << flag << ": " << r.err;
+  }
+  // SIMD targets, trace files and the ablation: each refusal names the flag and the value.
+  const fs::path err_file = fs::temp_directory_path() / "limits_usage.err";
+  for (const auto& [args, wanted] : std::vector<std::pair<std::string, std::string>>{
+           {"generate --prompt hi --isa neon", "--isa: 'neon' is not a SIMD target of this build"},
+           {"generate --prompt hi --weight-dtype int3",
+            "--weight-dtype: 'int3' is not bf16, f32, int8 or int4"},
+           {"generate --prompt hi --weight-dtype i8", "--weight-dtype: 'i8' is not"},
+           {"generate --prompt hi --isa avx2x", "--isa: 'avx2x'"},
+           {"generate --prompt hi --trace /nonexistent-dir/t.json", "--trace: cannot write"},
+           {"generate --prompt hi --trace /tmp", "--trace: cannot write '/tmp'"},
+           {"bench latency --ablation --turns 2", "--ablation measures batches, not --turns"}}) {
+    const e2e::CommandResult r = e2e::RunMoeserve(args, err_file);
+    EXPECT_EQ(r.exit_code, 2) << args;
+    EXPECT_NE(r.err.find(wanted), std::string::npos) << args << ": " << r.err;
+  }
+  for (const std::string value : {"bogus", "AVX9", "' '"}) {
+    const e2e::CommandResult r =
+        e2e::RunShell("MOESERVE_ISA=" + value + " " MOESERVE_BINARY " inspect", err_file);
+    EXPECT_EQ(r.exit_code, 2) << value;
+    EXPECT_NE(r.err.find("MOESERVE_ISA: '"), std::string::npos) << value << ": " << r.err;
   }
 }
 

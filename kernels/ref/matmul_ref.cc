@@ -1,15 +1,19 @@
 #include "kernels/ref/matmul_ref.h"
 
+#include <vector>
+
 #include "core/check.h"
 #include "core/dtype.h"
+#include "kernels/quantize.h"
 
 namespace moeserve::kernels::ref {
 
 void MatMul(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float* y,
             int64_t y_stride) {
   CHECK_EQ(W.rank(), size_t{2}) << "ref::MatMul: W must be [N, K], got " << W.ShapeString();
-  CHECK(W.dtype() == DType::kBF16 || W.dtype() == DType::kF32)
-      << "ref::MatMul: W dtype " << DTypeName(W.dtype()) << " is unsupported (bf16 or f32)";
+  CHECK(W.dtype() == DType::kBF16 || W.dtype() == DType::kF32 || IsPackedDType(W.dtype()))
+      << "ref::MatMul: W dtype " << DTypeName(W.dtype())
+      << " is unsupported (bf16, f32, int8 or int4)";
   CHECK(W.contiguous()) << "ref::MatMul: W " << W.ShapeString() << " must be contiguous";
   CHECK_GE(M, 0);
   const int64_t N = W.dim(0);
@@ -19,14 +23,17 @@ void MatMul(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float*
   const bool bf16 = W.dtype() == DType::kBF16;
   const uint16_t* w16 = W.data_as<const uint16_t>();
   const float* w32 = W.data_as<const float>();
-  for (int64_t m = 0; m < M; ++m) {
-    const float* xm = x + m * x_stride;
-    for (int64_t n = 0; n < N; ++n) {
+  std::vector<float> row(IsPackedDType(W.dtype()) ? K : 0);
+  for (int64_t n = 0; n < N; ++n) {
+    // A packed row as the weights it stands for (kernels/quantize.h defines them).
+    if (!row.empty()) DequantizeRow(W, n, row.data());
+    for (int64_t m = 0; m < M; ++m) {
+      const float* xm = x + m * x_stride;
       // In order, in double: each product of two floats is exact in double, and the sum keeps
       // 29 more bits than f32, far more accurate than any f32 order the SIMD kernel may use.
       double sum = 0.0;
       for (int64_t k = 0; k < K; ++k) {
-        const float w = bf16 ? BF16ToF32(w16[n * K + k]) : w32[n * K + k];
+        const float w = !row.empty() ? row[k] : bf16 ? BF16ToF32(w16[n * K + k]) : w32[n * K + k];
         sum += static_cast<double>(xm[k]) * static_cast<double>(w);
       }
       y[m * y_stride + n] = static_cast<float>(sum);

@@ -1,0 +1,82 @@
+#include "kernels/quantize.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+
+namespace moeserve::kernels {
+namespace {
+
+// The largest magnitude of v[0, n), NaN-free (a NaN weight quantizes to 0).
+float MaxAbs(const float* v, int64_t n) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::fabs(v[i]) > m) m = std::fabs(v[i]);
+  }
+  return std::isfinite(m) ? m : 0.0f;
+}
+
+// round(v / s) in [-limit, limit]; 0 for s == 0 and NaN.
+int Quantize(float v, float inv_s, int limit) {
+  const float q = std::nearbyint(v * inv_s);
+  if (!(q == q)) return 0;
+  return static_cast<int>(std::clamp(q, static_cast<float>(-limit), static_cast<float>(limit)));
+}
+
+void CheckRow(const Tensor& W, int64_t n) {
+  CHECK(IsPackedDType(W.dtype())) << DTypeName(W.dtype()) << " is not a packed weight format";
+  CHECK(W.rank() == 2 && W.contiguous());
+  CHECK(0 <= n && n < W.dim(0)) << "row " << n << " of " << W.ShapeString();
+}
+
+}  // namespace
+
+bool CanPack(DType dtype, int64_t K) {
+  return dtype == DType::kQ8 || (dtype == DType::kQ4 && K % kQ4Group == 0);
+}
+
+void QuantizeRow(const float* row, const Tensor& W, int64_t n) {
+  CheckRow(W, n);
+  const int64_t K = W.dim(1);
+  float* scales = MutablePackedScales(W);
+  if (W.dtype() == DType::kQ8) {
+    int8_t* q = W.data_as<int8_t>() + n * K;
+    const float s = MaxAbs(row, K) / 127.0f;
+    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+    for (int64_t k = 0; k < K; ++k) q[k] = static_cast<int8_t>(Quantize(row[k], inv, 127));
+    scales[n] = s;
+    return;
+  }
+  uint8_t* bytes = W.data_as<uint8_t>() + n * K / 2;
+  for (int64_t g = 0; g < K / kQ4Group; ++g) {
+    const float* v = row + g * kQ4Group;
+    const float s = MaxAbs(v, kQ4Group) / 7.0f;
+    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+    uint8_t* b = bytes + g * kQ4Group / 2;
+    for (int64_t j = 0; j < kQ4Group / 2; ++j) {
+      const int lo = Quantize(v[j], inv, 7) + 8, hi = Quantize(v[j + kQ4Group / 2], inv, 7) + 8;
+      b[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+    scales[n * (K / kQ4Group) + g] = s;
+  }
+}
+
+void DequantizeRow(const Tensor& W, int64_t n, float* row) {
+  CheckRow(W, n);
+  const int64_t K = W.dim(1);
+  const float* scales = PackedScales(W);
+  if (W.dtype() == DType::kQ8) {
+    const int8_t* q = W.data_as<const int8_t>() + n * K;
+    for (int64_t k = 0; k < K; ++k) row[k] = static_cast<float>(q[k]) * scales[n];
+    return;
+  }
+  const uint8_t* bytes = W.data_as<const uint8_t>() + n * K / 2;
+  for (int64_t k = 0; k < K; ++k) {
+    const uint8_t b = bytes[k / kQ4Group * kQ4Group / 2 + k % (kQ4Group / 2)];
+    const int nibble = k % kQ4Group < kQ4Group / 2 ? (b & 15) : (b >> 4);
+    row[k] = static_cast<float>(nibble - 8) * scales[n * (K / kQ4Group) + k / kQ4Group];
+  }
+}
+
+}  // namespace moeserve::kernels

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# docs/performance.md's decode / prefill tables on both instruction sets and every weight format:
+# `bench latency` (bandwidth measured in the same run) for each --isa x --weight-dtype, then the
+# ablation at batch 1 on each instruction set: on MODEL_DIR (random weights: an MTP head there
+# drafts nothing useful, so without --spec) and on the default model with its trained MTP head.
+#   scripts/bench_decode.sh [MODEL_DIR] [BATCH_SIZES]
+# MODEL_DIR defaults to the bench preset in /tmp/bench (made if missing), BATCH_SIZES to 1,4,8.
+# ISAS="avx3 avx2" and DTYPES="bf16 int8 int4" choose the rows; OUT (default /tmp) gets the JSON.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake --preset release >/dev/null
+cmake --build --preset release --target moeserve >/dev/null
+bin=build/release/cli/moeserve
+model=${1:-/tmp/bench}
+batches=${2:-1,4,8}
+out=${OUT:-/tmp}
+[ -f "$model/config.json" ] || "$bin" make-model --preset bench --out "$model"
+for isa in ${ISAS:-avx3 avx2}; do
+  for dtype in ${DTYPES:-bf16 int8 int4}; do
+    echo "== --isa $isa --weight-dtype $dtype"
+    "$bin" bench latency --model "$model" --batch-size "$batches" --input-len 128 --output-len 64 \
+      --isa "$isa" --weight-dtype "$dtype" --json "$out/bench_${isa}_${dtype}.json"
+  done
+  echo "== --isa $isa ablation"
+  "$bin" bench latency --model "$model" --batch-size 1 --input-len 128 --output-len 64 \
+    --isa "$isa" --ablation --json "$out/bench_${isa}_ablation.json"
+  echo "== --isa $isa ablation, default model, --spec mtp:1"
+  "$bin" bench latency --batch-size 1 --input-len 128 --output-len 128 --isa "$isa" \
+    --spec mtp:1 --ablation --json "$out/bench_${isa}_ablation_default.json"
+done
