@@ -34,6 +34,7 @@ struct Options {
   bool max_num_seqs_given = false;  // --max-num-seqs was on the command line
   int64_t turns = 1;                // > 1: a conversation instead of batches
   bool ablation = false;            // --ablation
+  int64_t ablation_rounds = 3;      // --ablation-rounds
 };
 
 // --ablation: one optimization off, its TPOT and the change against everything on.
@@ -207,6 +208,9 @@ int Run(const Options& o) {
   if (o.turns < 1 || o.turns > 1000) {
     return UsageError(kCommand, InvalidArgument("--turns must be in [1, 1000]"));
   }
+  if (o.ablation_rounds < 1 || o.ablation_rounds > 100) {
+    return UsageError(kCommand, InvalidArgument("--ablation-rounds must be in [1, 100]"));
+  }
   if (o.turns > 1 && o.ablation) {
     return UsageError(kCommand, InvalidArgument("--ablation measures batches, not --turns"));
   }
@@ -283,11 +287,13 @@ int Run(const Options& o) {
     runs.push_back(*run);
   }
 
-  // --ablation at the first batch size: each optimization off in turn, then everything on
-  // again; the baseline is the mean of the two runs with everything on (the first is the run
-  // above), so a drift of the machine over the ablation shows as their spread.
+  // --ablation at the first batch size: rounds of runs -- everything on, then each
+  // optimization off in turn -- and per configuration the median TPOT over the rounds. The
+  // rounds interleave the configurations, so a drift of the machine (a VM's bandwidth moves by
+  // +-15 % over minutes) falls on all of them alike.
   std::vector<AblationRow> ablation;
-  double baseline_first = 0, baseline_last = 0;
+  std::vector<double> baseline_runs;
+  double baseline = 0;
   if (o.ablation) {
     const int64_t b = batches->front();
     const RunSwitches on{lm.forward_options(), config};
@@ -299,19 +305,30 @@ int Run(const Options& o) {
       if (!run.ok()) return run.status();
       return run->tpot_ms;
     };
-    baseline_first = runs.front().tpot_ms;
-    for (const Optimization& opt : AblatableOptimizations(on, c, group.size(), o.model.ep)) {
-      Result<double> tpot = tpot_of(opt.off(on));
-      if (!tpot.ok()) {
-        return InputOrRuntimeError(kCommand, tpot.status().WithContext("--ablation: " + opt.name));
+    const std::vector<Optimization> opts = AblatableOptimizations(on, c, group.size(), o.model.ep);
+    std::vector<std::vector<double>> off_runs(opts.size());
+    for (int64_t round = 0; round < o.ablation_rounds; ++round) {
+      Result<double> all_on = tpot_of(on);
+      if (!all_on.ok()) return InputOrRuntimeError(kCommand, all_on.status());
+      baseline_runs.push_back(*all_on);
+      for (size_t i = 0; i < opts.size(); ++i) {
+        Result<double> tpot = tpot_of(opts[i].off(on));
+        if (!tpot.ok()) {
+          return InputOrRuntimeError(kCommand,
+                                     tpot.status().WithContext("--ablation: " + opts[i].name));
+        }
+        off_runs[i].push_back(*tpot);
       }
-      ablation.push_back({opt.name, opt.flag, *tpot, 0});
     }
-    Result<double> again = tpot_of(on);
-    if (!again.ok()) return InputOrRuntimeError(kCommand, again.status());
-    baseline_last = *again;
-    const double baseline = (baseline_first + baseline_last) / 2;
-    for (AblationRow& row : ablation) row.change_pct = 100.0 * (row.tpot_ms / baseline - 1.0);
+    const auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    };
+    baseline = median(baseline_runs);
+    for (size_t i = 0; i < opts.size(); ++i) {
+      const double tpot = median(off_runs[i]);
+      ablation.push_back({opts[i].name, opts[i].flag, tpot, 100.0 * (tpot / baseline - 1.0)});
+    }
   }
 
   fmt::print("model            {} ({} weights, SIMD {}, {} threads{})\n", c.architecture_name,
@@ -371,12 +388,12 @@ int Run(const Options& o) {
     }
   }
   if (o.ablation) {
-    fmt::print("\nablation         batch {}, TPOT with each optimization off in turn (everything "
-               "on: {:.2f} ms before, {:.2f} ms after)\n",
-               batches->front(), baseline_first, baseline_last);
+    const auto [low, high] = std::minmax_element(baseline_runs.begin(), baseline_runs.end());
+    fmt::print("\nablation         batch {}, TPOT with each optimization off in turn, median of {} "
+               "interleaved rounds (everything on: {:.2f}-{:.2f} ms over the rounds)\n",
+               batches->front(), o.ablation_rounds, *low, *high);
     fmt::print("{:<54} {:>9} {:>9}  {}\n", "optimization off", "TPOT ms", "change", "flag");
-    fmt::print("{:<54} {:>9.2f} {:>9}\n", "(none: everything on, mean)",
-               (baseline_first + baseline_last) / 2, "");
+    fmt::print("{:<54} {:>9.2f} {:>9}\n", "(none: everything on)", baseline, "");
     for (const AblationRow& row : ablation) {
       fmt::print("{:<54} {:>9.2f} {:>+8.1f}%  {}\n", row.optimization, row.tpot_ms,
                  row.change_pct, row.flag);
@@ -429,7 +446,7 @@ int Run(const Options& o) {
                                {"tpot_ms", row.tpot_ms},
                                {"change_pct", row.change_pct}});
     }
-    if (o.ablation) j["ablation_baseline_tpot_ms"] = {baseline_first, baseline_last};
+    if (o.ablation) j["ablation_baseline_tpot_ms"] = baseline_runs;
     std::FILE* f = std::fopen(o.json_file.c_str(), "w");
     if (f == nullptr) return RuntimeError(kCommand, IoError("cannot write {}", o.json_file));
     std::fputs((j.dump(2) + "\n").c_str(), f);
@@ -511,6 +528,8 @@ int RunLatency(const std::vector<std::string>& args) {
   flags.Bool("ablation", &o.ablation,
              "also measure TPOT at the first batch size with each case-study optimization "
              "switched off in turn (table: optimization, TPOT, change %)");
+  flags.Int("ablation-rounds", &o.ablation_rounds,
+            "--ablation: rounds of interleaved runs; each configuration's TPOT is its median");
   flags.Int("turns", &o.turns,
             "> 1: a conversation of this many turns instead (each +input-len tokens in, "
             "output-len out, batch 1): TTFT per turn, with and without prefix caching");

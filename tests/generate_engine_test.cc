@@ -397,7 +397,7 @@ TEST_F(GenerateEngineTest, BenchLatencyAblationIsaAndTrace) {
   const fs::path trace = Path("trace.json");
   const CommandResult r = Run(fmt::format(
       "bench latency --model {} --batch-size 1 --input-len 8 --output-len 6 --spec mtp:1 "
-      "--tp 2 --ablation --isa avx2 --trace {} --json {}",
+      "--tp 2 --ablation --ablation-rounds 2 --isa avx2 --trace {} --json {}",
       Model("qwen3_next"), trace.string(), out.string()));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("SIMD avx2"), std::string::npos) << r.out;
@@ -417,7 +417,8 @@ TEST_F(GenerateEngineTest, BenchLatencyAblationIsaAndTrace) {
       "#8/#9 greedy argmax in the forward (no full logits)",
       "#15 fused all-reduce + residual add + RMSNorm", "#17 speculative decoding (mtp:1)"};
   EXPECT_EQ(names, wanted);
-  ASSERT_EQ(bench["ablation_baseline_tpot_ms"].size(), 2u);
+  ASSERT_EQ(bench["ablation_baseline_tpot_ms"].size(), 2u);  // one per round
+  EXPECT_NE(r.out.find("median of 2 interleaved rounds"), std::string::npos) << r.out;
 
   // The trace: lanes of both ranks and the engine, steps, and each layer's ops on both ranks.
   const json events = json::parse(ReadFile(trace))["traceEvents"];

@@ -219,7 +219,8 @@ TEST(LimitsTest, BadBoundsAreUsageErrors) {
            {"generate --prompt hi --isa avx2x", "--isa: 'avx2x'"},
            {"generate --prompt hi --trace /nonexistent-dir/t.json", "--trace: cannot write"},
            {"generate --prompt hi --trace /tmp", "--trace: cannot write '/tmp'"},
-           {"bench latency --ablation --turns 2", "--ablation measures batches, not --turns"}}) {
+           {"bench latency --ablation --turns 2", "--ablation measures batches, not --turns"},
+           {"bench latency --ablation --ablation-rounds 0", "--ablation-rounds must be in [1, 100]"}}) {
     const e2e::CommandResult r = e2e::RunMoeserve(args, err_file);
     EXPECT_EQ(r.exit_code, 2) << args;
     EXPECT_NE(r.err.find(wanted), std::string::npos) << args << ": " << r.err;
