@@ -30,6 +30,14 @@ using nlohmann::json;
 using testing::Argmax;
 using testing::RowRelError;
 
+// Under AddressSanitizer (a Debug build, ~20x slower) a quarter of the work: that pass looks for
+// memory errors; the release build measures the accuracy.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
 const std::string kTinyDir = MOESERVE_SHARED_DIR "/testdata/tiny-qwen3next";
 const std::string kDefaultDir = MOESERVE_DEFAULT_MODEL_DIR;
 
@@ -98,7 +106,9 @@ TEST(QuantizedAccuracyTest, Int8AndInt4AgainstBf16) {
   std::vector<std::vector<int32_t>> prompts;
   for (const json& p : heldout["prompts"]) prompts.push_back(p.get<std::vector<int32_t>>());
   ASSERT_EQ(prompts.size(), 16u);
-  constexpr int64_t kContinuation = 64;
+  if (kSanitized) prompts.resize(4);
+  const int64_t kContinuation = kSanitized ? 32 : 64;
+  const int64_t num_prompts = static_cast<int64_t>(prompts.size());
 
   // bf16: the reference rows, the greedy sequences to teacher-force, its own perplexity.
   std::unique_ptr<CausalLm> tiny_bf16 = Load(kTinyDir, DType::kBF16);
@@ -143,7 +153,7 @@ TEST(QuantizedAccuracyTest, Int8AndInt4AgainstBf16) {
     }
     a.top1_agreement = static_cast<double>(agree) / static_cast<double>(total);
     a.perplexity = std::exp(nll / static_cast<double>(nll_tokens));
-    EXPECT_EQ(total, 16 * kContinuation);
+    EXPECT_EQ(total, num_prompts * kContinuation);
     return a;
   };
 
@@ -153,7 +163,7 @@ TEST(QuantizedAccuracyTest, Int8AndInt4AgainstBf16) {
   std::printf(
       "| weights | tiny golden logit error vs bf16, worst row / mean | top-1 agreement, "
       "%lld tokens | perplexity, held-out text |\n|---|---|---|---|\n",
-      static_cast<long long>(16 * kContinuation));
+      static_cast<long long>(num_prompts * kContinuation));
   std::printf("| bf16 | 0 / 0 | 1 | %.3f |\n", bf16.perplexity);
   for (DType dtype : {DType::kQ8, DType::kQ4}) {
     std::unique_ptr<CausalLm> tiny = Load(kTinyDir, dtype);
@@ -169,8 +179,12 @@ TEST(QuantizedAccuracyTest, Int8AndInt4AgainstBf16) {
     // 0.40); the bounds are twice the means. A trained model is the measure that matters
     // (below; measured: agreement 0.995 / 0.952, perplexity +0.1 % / +0.7 %).
     EXPECT_LT(a.tiny_mean_error, int8 ? 0.1 : 0.8) << DTypeName(dtype);
-    EXPECT_GT(a.top1_agreement, int8 ? 0.98 : 0.9) << DTypeName(dtype);  // 0.995, 0.952
-    EXPECT_LT(a.perplexity, bf16.perplexity * (int8 ? 1.01 : 1.05)) << DTypeName(dtype);
+    // 0.995, 0.952 over 1,024 tokens; under ASan fewer tokens, looser bounds.
+    EXPECT_GT(a.top1_agreement, int8 ? (kSanitized ? 0.9 : 0.98) : (kSanitized ? 0.75 : 0.9))
+        << DTypeName(dtype);
+    EXPECT_LT(a.perplexity,
+              bf16.perplexity * (int8 ? (kSanitized ? 1.03 : 1.01) : (kSanitized ? 1.1 : 1.05)))
+        << DTypeName(dtype);
   }
 }
 
