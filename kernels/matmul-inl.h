@@ -15,7 +15,9 @@
 // several x rows only interleave these chains; no two outputs ever share an accumulator, so
 // neither the tile shape chosen for an output (which depends on M, on n_begin/n_end and on N) nor
 // the thread that computes it can change a single bit of it. The bits depend on K, on the data
-// and on the SIMD target only.
+// and on the SIMD target only. Packed weights keep this order: int8 rows convert each vector of
+// weights exactly and multiply y[m, n] by the row's scale once at the end; int4 rows convert each
+// vector to (nibble - 8) * group scale (one rounding) before its MulAdd.
 //
 // No #pragma once: foreach_target.h includes this once per target, and the guard below toggles
 // with HWY_TARGET_TOGGLE so that each pass compiles it again inside that target's namespace.
