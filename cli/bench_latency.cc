@@ -297,11 +297,11 @@ int Run(const Options& o) {
   if (o.ablation) {
     const int64_t b = batches->front();
     const RunSwitches on{lm.forward_options(), config};
+    // Every run sets the forward's switches it needs on every rank; the last puts them back.
     const auto tpot_of = [&](const RunSwitches& s) -> Result<double> {
       group.SetForwardOptions(s.forward);
       Result<RunResult> run =
           RunBatch(group, config_for(b, s.engine), b, o.input_len, o.output_len, o.seed);
-      group.SetForwardOptions(on.forward);
       if (!run.ok()) return run.status();
       return run->tpot_ms;
     };
@@ -320,6 +320,7 @@ int Run(const Options& o) {
         off_runs[i].push_back(*tpot);
       }
     }
+    group.SetForwardOptions(on.forward);
     const auto median = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
       return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
