@@ -11,6 +11,7 @@
 #include "cli/ablation.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/latency_report.h"
 #include "cli/model_flags.h"
 #include "core/check.h"
 #include "core/timer.h"
@@ -31,6 +32,7 @@ struct Options {
   std::string batch_size = "1";
   int64_t seed = 0;
   std::string json_file;
+  std::string report_file;          // --report: the results as an HTML page
   bool max_num_seqs_given = false;  // --max-num-seqs was on the command line
   int64_t turns = 1;                // > 1: a conversation instead of batches
   bool ablation = false;            // --ablation
@@ -210,6 +212,9 @@ int Run(const Options& o) {
   }
   if (o.ablation_rounds < 1 || o.ablation_rounds > 100) {
     return UsageError(kCommand, InvalidArgument("--ablation-rounds must be in [1, 100]"));
+  }
+  if (o.turns > 1 && !o.report_file.empty()) {
+    return UsageError(kCommand, InvalidArgument("--report charts batches, not --turns"));
   }
   if (o.turns > 1 && o.ablation) {
     return UsageError(kCommand, InvalidArgument("--ablation measures batches, not --turns"));
@@ -401,10 +406,12 @@ int Run(const Options& o) {
     }
     if (ablation.empty()) fmt::print("(no optimization of this configuration can be switched off)\n");
   }
-  if (!o.json_file.empty()) {
+  if (!o.json_file.empty() || !o.report_file.empty()) {
     nlohmann::ordered_json j;
     j["model"] = c.architecture_name;
+    j["cpu"] = CpuModelName();
     j["isa"] = kernels::ActiveIsa();
+    j["isas_available"] = kernels::AvailableIsas();
     j["weight_dtype"] = DTypeName(lm.weights().matrix_dtype);
     j["threads"] = threads_here;
     j["tp"] = group.size();
@@ -448,10 +455,17 @@ int Run(const Options& o) {
                                {"change_pct", row.change_pct}});
     }
     if (o.ablation) j["ablation_baseline_tpot_ms"] = baseline_runs;
-    std::FILE* f = std::fopen(o.json_file.c_str(), "w");
-    if (f == nullptr) return RuntimeError(kCommand, IoError("cannot write {}", o.json_file));
-    std::fputs((j.dump(2) + "\n").c_str(), f);
-    std::fclose(f);
+    if (!o.json_file.empty()) {
+      if (Status s = WriteTextFile(o.json_file, j.dump(2) + "\n"); !s.ok()) {
+        return RuntimeError(kCommand, s);
+      }
+    }
+    if (!o.report_file.empty()) {
+      if (Status s = WriteTextFile(o.report_file, RenderLatencyReport(j)); !s.ok()) {
+        return RuntimeError(kCommand, s);
+      }
+      fmt::print("\nreport           {}\n", o.report_file);
+    }
   }
   return 0;
 }
@@ -502,10 +516,9 @@ int RunTurns(const Options& o, model::ModelGroup& group, const engine::EngineCon
       if (compare) turn["ttft_ms_uncached"] = runs[1][t].ttft_ms;
       j["turns"].push_back(turn);
     }
-    std::FILE* f = std::fopen(o.json_file.c_str(), "w");
-    if (f == nullptr) return RuntimeError(kCommand, IoError("cannot write {}", o.json_file));
-    std::fputs((j.dump(2) + "\n").c_str(), f);
-    std::fclose(f);
+    if (Status s = WriteTextFile(o.json_file, j.dump(2) + "\n"); !s.ok()) {
+      return RuntimeError(kCommand, s);
+    }
   }
   return 0;
 }
@@ -526,6 +539,9 @@ int RunLatency(const std::vector<std::string>& args) {
                "concurrent requests, a list allowed (1,4,8): one measured run each");
   flags.Int("seed", &o.seed, "seed of the random prompts");
   flags.String("json", &o.json_file, "also write the results as JSON to this file");
+  flags.String("report", &o.report_file,
+               "also write the results as one self-contained HTML page (charts: the ablation's "
+               "waterfall, TPOT and decode tok/s against batch size with the roofline)");
   flags.Bool("ablation", &o.ablation,
              "also measure TPOT at the first batch size with each case-study optimization "
              "switched off in turn (table: optimization, TPOT, change %)");

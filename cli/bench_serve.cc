@@ -325,13 +325,8 @@ int Run(Options& o, const FlagSet& flags) {
   std::fputs(bench::FormatSummary(info, m).c_str(), stdout);
   std::fflush(stdout);
   if (!o.result_json.empty()) {
-    std::FILE* f = std::fopen(o.result_json.c_str(), "w");
-    if (f == nullptr) return RuntimeError(kCommand, IoError("cannot write {}", o.result_json));
     const std::string text = bench::ResultJson(info, m, run.outputs, Now("%Y%m%d-%H%M%S")) + "\n";
-    const bool written = std::fputs(text.c_str(), f) >= 0;
-    if (std::fclose(f) != 0 || !written) {
-      return RuntimeError(kCommand, IoError("cannot write {}", o.result_json));
-    }
+    if (Status s = WriteTextFile(o.result_json, text); !s.ok()) return RuntimeError(kCommand, s);
   }
   return 0;
 }

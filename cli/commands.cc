@@ -35,4 +35,12 @@ int InputOrRuntimeError(const std::string& command, const Status& status) {
                                                        : RuntimeError(command, status);
 }
 
+Status WriteTextFile(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return IoError("cannot write {}", path);
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !written) return IoError("cannot write {}", path);
+  return OkStatus();
+}
+
 }  // namespace moeserve::cli

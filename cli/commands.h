@@ -38,4 +38,7 @@ int RuntimeError(const std::string& command, const Status& status);  // 1
 // error; anything else a runtime failure.
 int InputOrRuntimeError(const std::string& command, const Status& status);
 
+// Writes `text` to `path` (created or truncated): an IoError naming the path if any of it fails.
+Status WriteTextFile(const std::string& path, const std::string& text);
+
 }  // namespace moeserve::cli

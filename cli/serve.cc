@@ -40,6 +40,7 @@ struct Options {
   int64_t max_body_mib = 16;
   int64_t max_waiting_requests = 0;
   int64_t shutdown_timeout = 0;
+  bool no_ui = false;
 };
 
 int Run(const Options& o) {
@@ -113,6 +114,10 @@ int Run(const Options& o) {
   options.vocab_size = config->vocab_size;
   options.max_body_bytes = static_cast<size_t>(o.max_body_mib) << 20;
   options.max_waiting_requests = o.max_waiting_requests;
+  options.ui = !o.no_ui;
+  if (const engine::SpecConfig spec = o.engine.ToConfig().spec; spec.enabled()) {
+    options.speculative = engine::SpecName(spec);
+  }
   const std::vector<std::string> from_file = generation_config->ApplyTo(&options.default_params);
   options.extra_eos_ids = generation_config->ExtraEosIds(config->eos_token_ids);
   if (generation_config->max_new_tokens.value_or(0) > 0) {
@@ -165,7 +170,8 @@ int RunServe(const std::vector<std::string>& args) {
   Options o;
   FlagSet flags("moeserve serve",
                 "OpenAI-compatible HTTP server (vLLM's API): /v1/completions,\n"
-                "/v1/chat/completions, /v1/models, /health, /version, /tokenize, /detokenize.");
+                "/v1/chat/completions, /v1/models, /health, /version, /tokenize, /detokenize,\n"
+                "/metrics, and a chat page at / (open http://HOST:PORT/ in a browser).");
   o.model.Register(flags);
   o.engine.Register(flags);
   flags.String("host", &o.host, "address to listen on");
@@ -183,6 +189,7 @@ int RunServe(const std::vector<std::string>& args) {
   flags.Int("max-waiting-requests", &o.max_waiting_requests,
             "past this many waiting requests (each choice of n counts) new ones get a 503 "
             "(0: no bound)");
+  flags.Bool("no-ui", &o.no_ui, "no chat page at / (a 404 there, like any unknown route)");
   if (std::optional<int> exit_code = ParseFlags(flags, args, kCommand)) return *exit_code;
   return Run(o);
 }

@@ -13,6 +13,7 @@ packages=(
   libcpp-httplib-dev                      # server
   libopenmpi-dev openmpi-bin              # ranks across processes and machines
   curl                                    # scripts/run.sh: the example request
+  chromium                                # browser tests: the chat page, bench's report
   python3-torch python3-numpy             # tools/train (the default model), its smoke test
   python3-matplotlib libopenblas0-pthread #   loss plot; fast f32 BLAS for torch
   bible-kjv                               #   the training corpus (KJV; `bible` dumps it)

@@ -18,6 +18,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "server/api_error.h"
+#include "server/chat_page.h"
 #include "server/generation_job.h"
 #include "server/openai_json.h"
 #include "server/peer_watch.h"
@@ -366,6 +367,20 @@ struct HttpServer::Impl {
       res.set_content(l != nullptr ? l->metrics().Render(options.served_model_name) : "",
                       "text/plain; version=0.0.4; charset=utf-8");
     });
+    // The chat page (server/ui/chat.html): outside /v1, so no key -- the page asks for it. Its
+    // policy lets it run its own inline script and talk to this server only.
+    if (options.ui) {
+      http.Get("/", [this](const httplib::Request&, httplib::Response& res) {
+        res.status = 200;
+        res.set_header("Content-Security-Policy",
+                       "default-src 'none'; script-src 'unsafe-inline'; style-src "
+                       "'unsafe-inline'; connect-src 'self'; img-src 'self' data:; "
+                       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+        res.set_header("X-Content-Type-Options", "nosniff");
+        res.set_header("Cache-Control", "no-store");
+        res.set_content(RenderChatPage(options, max_model_len()), "text/html; charset=utf-8");
+      });
+    }
     http.Get("/version", [](const httplib::Request&, httplib::Response& res) {
       SendJson(res, {{"version", MOESERVE_VERSION}});
     });

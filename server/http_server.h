@@ -36,6 +36,10 @@ struct ServerOptions {
   // generation_config.json's max_new_tokens: caps every request's max_tokens (vLLM's
   // get_max_tokens takes the least of the request's, the context's room and this).
   std::optional<int64_t> max_tokens_cap;
+  // The chat page at GET / (--no-ui: false, and / is a 404 like any unknown route).
+  bool ui = true;
+  // The speculative method the engine runs ("mtp:1"; "": none), for the page to show.
+  std::string speculative;
 };
 
 class HttpServer {

@@ -168,5 +168,52 @@ TEST(HttpServerThreadsTest, ConcurrentClientsGetWhatTheyGetAlone) {
   EXPECT_TRUE(loop.healthy());
 }
 
+// GET /: the chat page, with this server's facts in its config script -- served while the model
+// loads too; the values are escaped so none can close the script; --no-ui makes / a 404.
+TEST(HttpServerChatPageTest, ServesThePageWithItsConfigAndNoUiRemovesIt) {
+  Result<std::unique_ptr<tokenizer::Tokenizer>> tok = tokenizer::Tokenizer::LoadFromDir(kModelDir);
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  const auto get = [](HttpServer& http, const std::string& path) {
+    return http.ServeBytes(fmt::format("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", path));
+  };
+  ServerOptions options;
+  options.served_model_name = "m</script><script>alert(1)</script>";
+  options.api_key = "k";
+  options.default_params.temperature = 0.7;
+  options.max_tokens_cap = 99;
+  options.speculative = "mtp:1";
+  {
+    HttpServer http(options, **tok, std::nullopt);
+    const std::string r = get(http, "/");
+    ASSERT_EQ(StatusOf(r), 200) << r.substr(0, 300);
+    EXPECT_NE(r.find("Content-Type: text/html; charset=utf-8"), std::string::npos);
+    EXPECT_NE(r.find("Content-Security-Policy: default-src 'none'"), std::string::npos);
+    EXPECT_EQ(r.find("__MOESERVE_CONFIG__"), std::string::npos);
+    EXPECT_EQ(r.find("alert(1)</script>"), std::string::npos) << "a value closed the script";
+    // The config as the page reads it: the text of <script id="moeserve-config">.
+    const std::string open = "<script id=\"moeserve-config\" type=\"application/json\">";
+    const size_t begin = r.find(open);
+    ASSERT_NE(begin, std::string::npos);
+    const size_t end = r.find("</script>", begin);
+    ASSERT_NE(end, std::string::npos);
+    const nlohmann::json config = nlohmann::json::parse(
+        r.substr(begin + open.size(), end - begin - open.size()), nullptr, false);
+    ASSERT_TRUE(config.is_object()) << r.substr(begin, end - begin);
+    EXPECT_EQ(config["model"], options.served_model_name);
+    EXPECT_EQ(config["api_key_required"], true);
+    EXPECT_EQ(config["defaults"]["temperature"], 0.7);
+    EXPECT_EQ(config["defaults"]["max_tokens"], 99);
+    EXPECT_TRUE(config["defaults"]["seed"].is_null());
+    EXPECT_TRUE(config["max_model_len"].is_null()) << "no engine yet";
+    EXPECT_EQ(config["speculative"], "mtp:1");
+    // No key needed for the page itself; the API still wants it.
+    EXPECT_EQ(StatusOf(get(http, "/v1/models")), 401);
+  }
+  options.ui = false;
+  HttpServer http(options, **tok, std::nullopt);
+  EXPECT_EQ(StatusOf(get(http, "/")), 404);
+  EXPECT_EQ(StatusOf(get(http, "/health")), 503);
+}
+
 }  // namespace
 }  // namespace moeserve::server

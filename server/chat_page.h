@@ -1,0 +1,22 @@
+// The chat page served at GET / (issue #19): server/ui/chat.html, compiled into the binary, with
+// what it needs to know of this server filled in -- the model's name, its sampling defaults,
+// whether a key is required -- so that it needs no request of its own before the first chat.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "server/http_server.h"
+
+namespace moeserve::server {
+
+// The page with its `__MOESERVE_CONFIG__` replaced by this JSON object:
+//   {"model", "version", "max_model_len" (null while loading), "api_key_required",
+//    "defaults": {"temperature", "top_p", "top_k", "max_tokens" (null: up to the context),
+//                 "seed" (null: none)},
+//    "speculative" (e.g. "mtp:1", or null)}
+// '<', '>' and '&' are written as \u escapes, so no value (a model name with "</script>", say)
+// can end the script element that holds the JSON.
+std::string RenderChatPage(const ServerOptions& options, int64_t max_model_len);
+
+}  // namespace moeserve::server
