@@ -1,5 +1,5 @@
 // MatMul weight-read throughput against the measured read bandwidth (the decode roofline).
-// Run: build/release/kernels/matmul_benchmark
+// Run: build/release/kernels/matmul_benchmark (MOESERVE_ISA=avx2 for the AVX2 kernels)
 //
 // Each benchmark cycles through copies of W that together far exceed the last-level cache, so
 // every call streams its weights from DRAM as decoding does (each weight is read once per token).
@@ -13,8 +13,10 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -23,8 +25,10 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
+#include "kernels/isa.h"
 #include "kernels/matmul.h"
 #include "kernels/memory_bandwidth.h"
+#include "kernels/quantize.h"
 
 namespace moeserve::kernels {
 namespace {
@@ -36,22 +40,29 @@ constexpr size_t kColdBytes = size_t{256} << 20;
 class WeightCopies {
  public:
   WeightCopies(DType dtype, int64_t N, int64_t K)
-      : dtype_(dtype), N_(N), K_(K), bytes_(static_cast<size_t>(N * K) * DTypeSize(dtype)) {
+      : dtype_(dtype), N_(N), K_(K), bytes_(TensorBytes(dtype, std::array<int64_t, 2>{N, K})) {
     // Whole cache lines per copy, so each copy starts on a line like a loaded checkpoint tensor.
     stride_ = (bytes_ + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
     copies_ = std::max<size_t>(1, (kColdBytes + bytes_ - 1) / bytes_);
     storage_ = TensorStorage(stride_ * copies_);
-    const size_t n = static_cast<size_t>(N * K);
+    std::vector<float> row(static_cast<size_t>(K));
     for (size_t c = 0; c < copies_; ++c) {
       std::byte* base = storage_.data() + c * stride_;
-      for (size_t i = 0; i < n; ++i) {
-        // Values do not change the speed; a multiplicative hash keeps them varied, in [-0.5, 0.5).
-        const float v =
-            static_cast<float>(((i * 2654435761u + c) >> 24) & 0xff) / 256.0f - 0.5f;
-        if (dtype == DType::kBF16) {
-          reinterpret_cast<uint16_t*>(base)[i] = F32ToBF16(v);
+      for (int64_t n = 0; n < N; ++n) {
+        for (int64_t k = 0; k < K; ++k) {
+          // Values do not change the speed; a multiplicative hash keeps them varied, in
+          // [-0.5, 0.5).
+          const size_t i = static_cast<size_t>(n * K + k);
+          row[k] = static_cast<float>(((i * 2654435761u + c) >> 24) & 0xff) / 256.0f - 0.5f;
+        }
+        if (IsPackedDType(dtype)) {
+          QuantizeRow(row.data(), copy(c), n);
+        } else if (dtype == DType::kBF16) {
+          for (int64_t k = 0; k < K; ++k) {
+            reinterpret_cast<uint16_t*>(base)[n * K + k] = F32ToBF16(row[k]);
+          }
         } else {
-          reinterpret_cast<float*>(base)[i] = v;
+          std::copy(row.begin(), row.end(), reinterpret_cast<float*>(base) + n * K);
         }
       }
     }
@@ -86,12 +97,15 @@ const WeightCopies& GetWeights(DType dtype, int64_t N, int64_t K) {
   return *cached;
 }
 
-// Args: N, K, M, f32 (0 = bf16 weights, 1 = f32), threads.
+// The weight formats by the benchmark's `dtype` argument.
+constexpr DType kDTypes[] = {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4};
+
+// Args: N, K, M, dtype (0 bf16, 1 f32, 2 int8, 3 int4: kDTypes), threads.
 void BM_MatMul(benchmark::State& state) {
   const int64_t N = state.range(0);
   const int64_t K = state.range(1);
   const int64_t M = state.range(2);
-  const DType dtype = state.range(3) != 0 ? DType::kF32 : DType::kBF16;
+  const DType dtype = kDTypes[state.range(3)];
   ThreadPool pool(static_cast<size_t>(state.range(4)));
 
   const WeightCopies& weights = GetWeights(dtype, N, K);
@@ -123,13 +137,13 @@ void BM_MatMul(benchmark::State& state) {
 }
 
 void MatMulArgs(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"N", "K", "M", "f32", "threads"});
+  b->ArgNames({"N", "K", "M", "dtype", "threads"});
   // [8192, 2048]: Qwen3-Next GDN in_proj scale; [2048, 4096]: a wide projection; [512, 2048]:
   // one expert's gate or up projection.
   for (auto [N, K] : {std::pair<int64_t, int64_t>{8192, 2048}, {2048, 4096}, {512, 2048}}) {
-    for (int64_t f32 : {0, 1}) {
+    for (int64_t dtype = 0; dtype < std::ssize(kDTypes); ++dtype) {
       for (int64_t M : {1, 4, 8, 16, 128}) {
-        for (int64_t threads : {1, 2}) b->Args({N, K, M, f32, threads});
+        for (int64_t threads : {1, 2}) b->Args({N, K, M, dtype, threads});
       }
     }
   }
@@ -139,4 +153,15 @@ BENCHMARK(BM_MatMul)->Apply(MatMulArgs)->UseRealTime()->Unit(benchmark::kMicrose
 }  // namespace
 }  // namespace moeserve::kernels
 
-BENCHMARK_MAIN();
+// MOESERVE_ISA=avx2 (etc.) measures that target's kernels, as it does for moeserve itself.
+int main(int argc, char** argv) {
+  if (const moeserve::Status isa = moeserve::kernels::SelectIsaFromEnvironment(); !isa.ok()) {
+    std::fprintf(stderr, "matmul_benchmark: %s\n", isa.message().c_str());
+    return 2;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
