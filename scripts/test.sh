@@ -27,13 +27,13 @@ if [ "${MOESERVE_SKIP_TSAN:-0}" != 1 ]; then
   ctest --preset tsan -j "$jobs" -R '(ThreadPool|LocalCommunicator|SingleRankCommunicator|LinkModel|ModelGroup|EngineLoop|HttpServerThreads)Test'
 fi
 
-# Everything but three tests whose work is mostly not ours to sanitize: the training smoke test
+# Everything but four tests whose work is mostly not ours to sanitize: the training smoke test
 # (PyTorch), the differential tokenizer test (Hugging Face's tokenizers in Node; our tokenizer is
-# fuzzed under ASan above and unit-tested here) and the official `openai` client against the
-# server (the server's paths run under ASan in server_test and the soak). All three run in the
-# Release pass.
+# fuzzed under ASan above and unit-tested here), the official `openai` client and the chat page
+# in Chromium against the server (the server's paths run under ASan in server_test and the
+# soak). All four run in the Release pass.
 if [ "${MOESERVE_SKIP_ASAN:-0}" != 1 ]; then
   cmake --preset asan
   cmake --build --preset asan -j "$jobs"
-  ctest --preset asan -j "$jobs" -E '^(train_smoke|tokenizer_hf_differential|openai_client)$'
+  ctest --preset asan -j "$jobs" -E '^(train_smoke|tokenizer_hf_differential|openai_client|browser_chat_ui)$'
 fi

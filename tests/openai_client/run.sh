@@ -38,77 +38,21 @@ fi
 cp "$here"/*.mjs "$cache/"
 
 model="$work/model"
-log="$work/serve.log"
-rm -rf "$model" "$log"
+rm -rf "$model"
 "$moeserve" make-model --arch qwen3_next --preset tiny --seed 3 --out "$model" >/dev/null
 
 api_key="openai-client-test-key"
-server_pid=""
-show_log() {
-  echo "---- moeserve serve log ($log) ----" >&2
-  cat "$log" >&2 || true
-  echo "---- end of server log ----" >&2
-}
-cleanup() {
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -KILL "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-}
-trap cleanup EXIT
-
-# A port nobody listens on now: the kernel's pick for a loopback listener, closed again. The
-# server may still lose a race for it, so a bind failure retries with a new port.
-free_port() {
-  node -e '
-    const s = require("net").createServer();
-    s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => console.log(p)); });'
-}
-
-healthy=0
-for attempt in 1 2 3; do
-  port=$(free_port)
-  url="http://127.0.0.1:$port"
-  "$moeserve" serve --model "$model" --host 127.0.0.1 --port "$port" --api-key "$api_key" \
-    --served-model-name tiny --max-model-len 256 >"$log" 2>&1 &
-  server_pid=$!
-  # 503 while the weights load, refused before the bind; up to ~60 s.
-  deadline=$((SECONDS + 60))
-  while ((SECONDS < deadline)); do
-    if ! kill -0 "$server_pid" 2>/dev/null; then break; fi
-    code=$(node -e '
-      fetch(process.argv[1]).then(r => console.log(r.status), () => console.log(0));' \
-      "$url/health" 2>/dev/null || echo 0)
-    if [[ "$code" == 200 ]]; then healthy=1; break; fi
-    sleep 0.1
-  done
-  [[ $healthy == 1 ]] && break
-  if kill -0 "$server_pid" 2>/dev/null; then
-    echo "FAIL: the server on port $port did not answer GET /health with 200 within 60 s" >&2
-    show_log
-    exit 1
-  fi
-  wait "$server_pid" 2>/dev/null || true
-  server_pid=""
-  echo "the server exited before it was healthy (attempt $attempt, port $port):" >&2
-  show_log
-  # Only a lost race for the port is worth another try.
-  grep -q "cannot listen" "$log" || break
-done
-if [[ $healthy != 1 ]]; then
-  echo "FAIL: the server never became healthy" >&2
-  exit 1
-fi
+source "$here/../lib/serve.sh"
+start_server "$moeserve" "$work/serve.log" --model "$model" --api-key "$api_key" \
+  --served-model-name tiny --max-model-len 256 || exit 1
 
 status=0
 OPENAI_TEST_URL="$url" OPENAI_TEST_API_KEY="$api_key" OPENAI_TEST_MOESERVE="$moeserve" \
   OPENAI_TEST_MODEL="$model" OPENAI_TEST_MAX_MODEL_LEN=256 \
   node --test-reporter=spec "$cache/openai_client_test.mjs" || status=$?
 
-kill -TERM "$server_pid"
 server_status=0
-wait "$server_pid" || server_status=$?
-server_pid=""
+stop_server || server_status=$?
 if [[ $status -ne 0 ]]; then
   echo "FAIL: the OpenAI client tests failed (node exit status $status)" >&2
   show_log
