@@ -1,5 +1,7 @@
 #include "core/tensor.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -8,17 +10,48 @@
 #include <fmt/ranges.h>
 
 namespace moeserve {
+namespace {
+
+// Under AddressSanitizer every tensor stays on the heap, where overruns hit its redzones.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kMapLargeTensors = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kMapLargeTensors = false;
+#else
+constexpr bool kMapLargeTensors = true;
+#endif
+#else
+constexpr bool kMapLargeTensors = true;
+#endif
+
+}  // namespace
 
 TensorStorage::TensorStorage(size_t bytes) : size_(bytes) {
   if (bytes == 0) return;
   const size_t rounded = (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+  if (kMapLargeTensors && rounded >= kMappedBytes) {
+    // Fresh pages from the kernel read as zero and are zeroed as they are first touched: a
+    // KV cache of a few GiB costs nothing at startup (a memset of it took seconds in a VM, all
+    // page faults), and pages a small workload never touches are never backed.
+    void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    data_ = std::unique_ptr<std::byte, Free>(static_cast<std::byte*>(p), Free{rounded});
+    return;
+  }
   void* p = std::aligned_alloc(kTensorAlignment, rounded);
   if (p == nullptr) throw std::bad_alloc();
   std::memset(p, 0, rounded);
   data_.reset(static_cast<std::byte*>(p));
 }
 
-void TensorStorage::Free::operator()(std::byte* p) const { std::free(p); }
+void TensorStorage::Free::operator()(std::byte* p) const {
+  if (mapped_bytes > 0) {
+    munmap(p, mapped_bytes);
+  } else {
+    std::free(p);
+  }
+}
 
 bool CheckedNumel(std::span<const int64_t> shape, int64_t* numel) {
   int64_t n = 1;

@@ -26,7 +26,8 @@ inline constexpr size_t kTensorAlignment = 64;  // a cache line; what Highway's 
 // to kTensorAlignment, then their f32 scales (N, or N * K / kQ4Group); kQ4 needs K % kQ4Group == 0.
 size_t TensorBytes(DType dtype, std::span<const int64_t> shape);
 
-// Owned, 64-byte-aligned, zero-initialized bytes.
+// Owned, 64-byte-aligned, zero-initialized bytes. From kMappedBytes on, whole pages mapped from
+// the kernel (zero until first written, backed only when touched); below, the heap.
 class TensorStorage {
  public:
   TensorStorage() = default;
@@ -45,8 +46,12 @@ class TensorStorage {
   size_t size() const { return size_; }
 
  private:
+  static constexpr size_t kMappedBytes = size_t{1} << 20;
   struct Free {
+    Free() : mapped_bytes(0) {}
+    explicit Free(size_t mapped) : mapped_bytes(mapped) {}
     void operator()(std::byte* p) const;
+    size_t mapped_bytes;  // > 0: an mmap of that many bytes; 0: the heap
   };
   std::unique_ptr<std::byte, Free> data_;
   size_t size_ = 0;

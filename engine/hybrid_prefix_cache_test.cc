@@ -149,7 +149,9 @@ TEST(HybridPrefixCacheTest, TinyStateCacheEvictsAndKeepsResults) {
     }
     auto engine = Engine::Create(*lm, config);
     ASSERT_TRUE(engine.ok());
-    if (tiny) EXPECT_EQ((*engine)->layout().num_checkpoints, 2);
+    if (tiny) {
+      EXPECT_EQ((*engine)->layout().num_checkpoints, 2);
+    }
     const std::vector<Trace> got = RunAll(**engine, prompts, 5, /*stagger=*/3);
     for (size_t i = 0; i < prompts.size(); ++i) {
       ExpectBitIdentical(got[i], want[i], fmt::format("tiny {} request {}", tiny, i));

@@ -197,23 +197,22 @@ const StepOutput& ModelRunner::Execute(const SchedulerOutput& out) {
     group_.ForwardBatch(batch, logits_rows_.data(), num_logits,
                         argmax_only_ ? model::LogitsMode::kArgmax : model::LogitsMode::kFull);
   }
-  std::optional<trace::Scope> sample_scope;
-  sample_scope.emplace("sample");
-
-  for (int64_t i = 0; i < num_seqs; ++i) {
-    const ScheduledRequest& s = out.scheduled[i];
-    Request& r = *s.request;
-    RecordPromptLogprobs(r, s.first_pos, prompt_rows_[i]);
-    if (logits_index_[i] >= 0) {
-      if (s.num_draft_tokens == 0) {
-        step_.tokens.push_back(SampleRow(r, logits_index_[i]));
-      } else {
-        VerifyRows(s, logits_index_[i]);
+  {
+    trace::Scope sample_scope("sample");
+    for (int64_t i = 0; i < num_seqs; ++i) {
+      const ScheduledRequest& s = out.scheduled[i];
+      Request& r = *s.request;
+      RecordPromptLogprobs(r, s.first_pos, prompt_rows_[i]);
+      if (logits_index_[i] >= 0) {
+        if (s.num_draft_tokens == 0) {
+          step_.tokens.push_back(SampleRow(r, logits_index_[i]));
+        } else {
+          VerifyRows(s, logits_index_[i]);
+        }
       }
+      step_.token_start[i + 1] = static_cast<int32_t>(step_.tokens.size());
     }
-    step_.token_start[i + 1] = static_cast<int32_t>(step_.tokens.size());
   }
-  sample_scope.reset();
   trace::Scope propose_scope("propose");
   Propose(out);
   return step_;

@@ -40,7 +40,9 @@ TEST(QuantizeTest, RoundTripIsWithinHalfAStep) {
           for (int64_t k = g * group; k < (g + 1) * group; ++k) {
             ASSERT_LE(std::fabs(back[k] - row[k]), 0.5f * step * (1 + 1e-5f))
                 << DTypeName(dtype) << " K=" << K << " n=" << n << " k=" << k;
-            if (std::fabs(row[k]) == amax) ASSERT_NEAR(std::fabs(back[k]), amax, amax * 1e-6f);
+            if (std::fabs(row[k]) == amax) {
+              ASSERT_NEAR(std::fabs(back[k]), amax, amax * 1e-6f);
+            }
           }
         }
       }

@@ -171,12 +171,10 @@ void ModelGroup::CopySlot(int32_t from, int32_t to) {
 namespace {
 
 // ForwardOptions' switches as the bits of a command's integer, and back.
-enum ForwardBits : int64_t {
-  kFusedAllReduceNorm = 1,
-  kSharedExpertOverlap = 2,
-  kMc2 = 4,
-  kFusedGdnStep = 8,
-};
+constexpr int64_t kFusedAllReduceNorm = 1;
+constexpr int64_t kSharedExpertOverlap = 2;
+constexpr int64_t kMc2 = 4;
+constexpr int64_t kFusedGdnStep = 8;
 
 int64_t PackForwardBits(const ForwardOptions& f) {
   return (f.fused_allreduce_norm ? kFusedAllReduceNorm : 0) |

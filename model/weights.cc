@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/log.h"
+#include "core/timer.h"
 #include "kernels/quantize.h"
 #include "model/arch/qwen3_next.h"
 #include "model/checkpoint_layout.h"
@@ -223,9 +225,23 @@ Result<ModelWeights> LoadWeights(const io::ModelConfig& c, const ShardLayout& sh
   };
   const bool rank0 = shard.spec.rank == 0;
 
+  // A model that takes more than a second to load reports its progress, about once a second
+  // (rank 0 only): the checkpoint's bytes read so far.
+  size_t total_bytes = 0, done_bytes = 0;
+  for (const ResolvedTensor& rt : tensors) total_bytes += rt.stored->bytes.size();
+  const Stopwatch load_watch;
+  double next_report_s = 1.0;
   for (const ResolvedTensor& rt : tensors) {
     const CheckpointTensor& spec = rt.spec;
     const SafetensorsTensor& src = *rt.stored;
+    if (rank0 && load_watch.ElapsedSeconds() >= next_report_s) {
+      LogInfo("loading weights: {:.0f} % ({:.2f} of {:.2f} GB, {:.0f} s)",
+              100.0 * static_cast<double>(done_bytes) / static_cast<double>(total_bytes),
+              static_cast<double>(done_bytes) * 1e-9, static_cast<double>(total_bytes) * 1e-9,
+              load_watch.ElapsedSeconds());
+      next_report_s = load_watch.ElapsedSeconds() + 1.0;
+    }
+    done_bytes += src.bytes.size();
     DecoderLayerWeights* layer = nullptr;
     if (spec.layer >= 0) layer = spec.mtp ? &w.mtp.layers[spec.layer] : &w.layers[spec.layer];
     const int64_t cols = spec.shape.back();

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-deps.sh
+scripts/install-deps.sh --test
 jobs=$(nproc)
 cmake --preset release
 cmake --build --preset release -j "$jobs"

@@ -337,6 +337,10 @@ struct HttpServer::Impl {
 
   void Routes() {
     http.new_task_queue = [] { return new ThreadPerConnection; };
+    // A stream writes a small SSE event per token: with Nagle's algorithm on, each write after
+    // the first waits for the client's (delayed) ACK of the last, up to 40 ms on Linux, so tokens
+    // would arrive in uneven bursts. uvicorn (vLLM's server) sets TCP_NODELAY too.
+    http.set_tcp_nodelay(true);
     http.set_payload_max_length(options.max_body_bytes);
     http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       HandleGeneration(req, res, Endpoint::kCompletions);
