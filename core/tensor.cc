@@ -25,18 +25,27 @@ constexpr bool kMapLargeTensors = true;
 constexpr bool kMapLargeTensors = true;
 #endif
 
+constexpr size_t kHugePageBytes = size_t{2} << 20;  // x86-64's transparent huge page
+
 }  // namespace
 
 TensorStorage::TensorStorage(size_t bytes) : size_(bytes) {
   if (bytes == 0) return;
   const size_t rounded = (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
   if (kMapLargeTensors && rounded >= kMappedBytes) {
-    // Fresh pages from the kernel read as zero and are zeroed as they are first touched: a
-    // KV cache of a few GiB costs nothing at startup (a memset of it took seconds in a VM, all
-    // page faults), and pages a small workload never touches are never backed.
-    void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    // Fresh pages from the kernel read as zero and are zeroed as they are first touched: a KV
+    // cache of a few GiB costs nothing at startup (a memset of it took seconds in a VM, all page
+    // faults), and pages a small workload never touches are never backed. The mapping starts on
+    // a 2 MiB boundary and asks for transparent huge pages: 512 times fewer page faults while
+    // weights load, and far fewer TLB misses while a GEMV streams them.
+    const size_t mapped = rounded + kHugePageBytes;
+    void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
-    data_ = std::unique_ptr<std::byte, Free>(static_cast<std::byte*>(p), Free{rounded});
+    const uintptr_t base = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t aligned = (base + kHugePageBytes - 1) & ~uintptr_t{kHugePageBytes - 1};
+    madvise(reinterpret_cast<void*>(aligned), rounded, MADV_HUGEPAGE);  // a hint: may fail
+    data_ = std::unique_ptr<std::byte, Free>(reinterpret_cast<std::byte*>(aligned),
+                                             Free(mapped, aligned - base));
     return;
   }
   void* p = std::aligned_alloc(kTensorAlignment, rounded);
@@ -47,7 +56,7 @@ TensorStorage::TensorStorage(size_t bytes) : size_(bytes) {
 
 void TensorStorage::Free::operator()(std::byte* p) const {
   if (mapped_bytes > 0) {
-    munmap(p, mapped_bytes);
+    munmap(p - offset, mapped_bytes);
   } else {
     std::free(p);
   }

@@ -26,8 +26,9 @@ inline constexpr size_t kTensorAlignment = 64;  // a cache line; what Highway's 
 // to kTensorAlignment, then their f32 scales (N, or N * K / kQ4Group); kQ4 needs K % kQ4Group == 0.
 size_t TensorBytes(DType dtype, std::span<const int64_t> shape);
 
-// Owned, 64-byte-aligned, zero-initialized bytes. From kMappedBytes on, whole pages mapped from
-// the kernel (zero until first written, backed only when touched); below, the heap.
+// Owned, 64-byte-aligned, zero-initialized bytes. From kMappedBytes on, pages mapped from the
+// kernel (zero until first written, backed only when touched, huge pages where the kernel gives
+// them); below, the heap.
 class TensorStorage {
  public:
   TensorStorage() = default;
@@ -48,10 +49,11 @@ class TensorStorage {
  private:
   static constexpr size_t kMappedBytes = size_t{1} << 20;
   struct Free {
-    Free() : mapped_bytes(0) {}
-    explicit Free(size_t mapped) : mapped_bytes(mapped) {}
+    Free() : mapped_bytes(0), offset(0) {}
+    Free(size_t mapped, size_t offset_in_map) : mapped_bytes(mapped), offset(offset_in_map) {}
     void operator()(std::byte* p) const;
-    size_t mapped_bytes;  // > 0: an mmap of that many bytes; 0: the heap
+    size_t mapped_bytes;  // > 0: an mmap of that many bytes, p at `offset` in it; 0: the heap
+    size_t offset;
   };
   std::unique_ptr<std::byte, Free> data_;
   size_t size_ = 0;
