@@ -129,7 +129,7 @@ int Run(const Options& o) {
   server::HttpServer http(options, **tok, std::move(*chat));
   if (Status s = http.Bind(); !s.ok()) return RuntimeError(kCommand, s);
   std::thread listener([&] { http.Listen(); });
-  LogInfo("serve: listening on http://{}:{} (model \"{}\"{}), loading the model", o.host, o.port,
+  LogInfo("serve: listening on http://{}:{} (model \"{}\"{}), loading the model", o.host, http.port(),
           options.served_model_name, options.ui ? ", chat page at /" : "");
 
   // From here on a failure must stop the listener before returning.

@@ -5,7 +5,8 @@
 # drafts nothing useful, so without --spec) and on the default model with its trained MTP head.
 #   scripts/bench_decode.sh [MODEL_DIR] [BATCH_SIZES]
 # MODEL_DIR defaults to the bench preset in /tmp/bench (made if missing), BATCH_SIZES to 1,4,8.
-# ISAS="avx3 avx2" and DTYPES="bf16 int8 int4" choose the rows; OUT (default /tmp) gets the JSON.
+# ISAS="avx3 avx2" and DTYPES="bf16 int8 int4" choose the rows; OUT (default /tmp) gets the JSON
+# and, for the ablations, bench latency's HTML reports; ABLATION=0 skips the ablations.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake --preset release >/dev/null
@@ -21,10 +22,13 @@ for isa in ${ISAS:-avx3 avx2}; do
     "$bin" bench latency --model "$model" --batch-size "$batches" --input-len 128 --output-len 64 \
       --isa "$isa" --weight-dtype "$dtype" --json "$out/bench_${isa}_${dtype}.json"
   done
+  [ "${ABLATION:-1}" = 1 ] || continue
   echo "== --isa $isa ablation"
-  "$bin" bench latency --model "$model" --batch-size 1 --input-len 128 --output-len 64 \
-    --isa "$isa" --ablation --json "$out/bench_${isa}_ablation.json"
+  "$bin" bench latency --model "$model" --batch-size 1,8 --input-len 128 --output-len 64 \
+    --isa "$isa" --ablation --json "$out/bench_${isa}_ablation.json" \
+    --report "$out/bench_${isa}_ablation.html"
   echo "== --isa $isa ablation, default model, --spec mtp:1"
-  "$bin" bench latency --batch-size 1 --input-len 128 --output-len 128 --isa "$isa" \
-    --spec mtp:1 --ablation --json "$out/bench_${isa}_ablation_default.json"
+  "$bin" bench latency --batch-size 1,8 --input-len 128 --output-len 128 --isa "$isa" \
+    --spec mtp:1 --ablation --json "$out/bench_${isa}_ablation_default.json" \
+    --report "$out/bench_${isa}_ablation_default.html"
 done

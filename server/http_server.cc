@@ -341,6 +341,14 @@ struct HttpServer::Impl {
     // the first waits for the client's (delayed) ACK of the last, up to 40 ms on Linux, so tokens
     // would arrive in uneven bursts. uvicorn (vLLM's server) sets TCP_NODELAY too.
     http.set_tcp_nodelay(true);
+    // httplib's default sets SO_REUSEPORT, with which a second server on a port in use binds too
+    // and the kernel splits the connections between them: a moeserve started twice would
+    // answer half the requests from the other process. SO_REUSEADDR alone still allows a quick
+    // restart past TIME_WAIT but refuses a port someone listens on.
+    http.set_socket_options([](socket_t sock) {
+      const int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
     http.set_payload_max_length(options.max_body_bytes);
     http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       HandleGeneration(req, res, Endpoint::kCompletions);
@@ -434,12 +442,21 @@ HttpServer::HttpServer(ServerOptions options, const tokenizer::Tokenizer& tok,
 HttpServer::~HttpServer() = default;
 
 Status HttpServer::Bind() {
-  if (!impl_->http.bind_to_port(impl_->options.host, impl_->options.port)) {
-    return IoError("cannot listen on {}:{} (in use, or not an address of this machine)",
-                   impl_->options.host, impl_->options.port);
+  ServerOptions& o = impl_->options;
+  if (o.port == 0) {  // the kernel's pick
+    const int port = impl_->http.bind_to_any_port(o.host);
+    if (port > 0) {
+      o.port = port;
+      return OkStatus();
+    }
+  } else if (impl_->http.bind_to_port(o.host, o.port)) {
+    return OkStatus();
   }
-  return OkStatus();
+  return IoError("cannot listen on {}:{} (in use, or not an address of this machine)", o.host,
+                 o.port);
 }
+
+int HttpServer::port() const { return impl_->options.port; }
 
 void HttpServer::Listen() { impl_->http.listen_after_bind(); }
 

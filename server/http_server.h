@@ -49,8 +49,10 @@ class HttpServer {
              std::optional<tokenizer::ChatTemplate> chat_template);
   ~HttpServer();
 
-  // Binds host:port (an IoError naming them when taken).
+  // Binds host:port (an IoError naming them when taken; port 0: a free port the kernel picks).
   Status Bind();
+  // The port bound (after Bind; the one picked for port 0).
+  int port() const;
   // Serves until Stop(); call on its own thread. Until SetEngine, /health answers 503 and
   // generation requests 503.
   void Listen();

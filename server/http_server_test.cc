@@ -168,6 +168,23 @@ TEST(HttpServerThreadsTest, ConcurrentClientsGetWhatTheyGetAlone) {
   EXPECT_TRUE(loop.healthy());
 }
 
+// A port in use is refused (httplib's default SO_REUSEPORT would let a second server share it
+// and take half its connections).
+TEST(HttpServerBindTest, APortInUseIsRefused) {
+  Result<std::unique_ptr<tokenizer::Tokenizer>> tok = tokenizer::Tokenizer::LoadFromDir(kModelDir);
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  ServerOptions options;
+  options.port = 0;
+  HttpServer first(options, **tok, std::nullopt);
+  ASSERT_TRUE(first.Bind().ok());
+  options.port = first.port();
+  ASSERT_GT(options.port, 0);
+  HttpServer second(options, **tok, std::nullopt);
+  const Status s = second.Bind();
+  EXPECT_FALSE(s.ok()) << "a second server bound port " << options.port;
+  EXPECT_NE(s.message().find(std::to_string(options.port)), std::string::npos) << s.message();
+}
+
 // GET /: the chat page, with this server's facts in its config script -- served while the model
 // loads too; the values are escaped so none can close the script; --no-ui makes / a 404.
 TEST(HttpServerChatPageTest, ServesThePageWithItsConfigAndNoUiRemovesIt) {

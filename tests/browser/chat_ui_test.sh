@@ -36,16 +36,4 @@ CHAT_UI_URL="$url" CHAT_UI_API_KEY="$api_key" CHAT_UI_MODEL=default \
   CHAT_UI_SCREENSHOT="$work/chat.png" \
   node --test-reporter=spec "$cache/chat_ui_test.mjs" || status=$?
 
-server_status=0
-stop_server || server_status=$?
-if [[ $status -ne 0 ]]; then
-  echo "FAIL: the chat page tests failed (node exit status $status)" >&2
-  show_log
-  exit 1
-fi
-if [[ $server_status -ne 0 ]]; then
-  echo "FAIL: moeserve serve exited with status $server_status on SIGTERM (want 0)" >&2
-  show_log
-  exit 1
-fi
-echo "PASS: the chat page works in Chromium; screenshot $work/chat.png"
+finish "the chat page tests" $status

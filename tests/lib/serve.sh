@@ -4,6 +4,9 @@
 #   start_server MOESERVE LOG [serve flags...]   sets server_pid and url (http://127.0.0.1:PORT),
 #                                                or prints the log and returns 1
 #   stop_server                                  SIGTERM, then the exit status of the server
+#   finish WHAT CLIENT_STATUS                    stops the server and exits: 0 when the client's
+#                                                checks passed (status 0) and the server exited 0
+#                                                on SIGTERM, else 1 with the server's log
 #   show_log                                     the server's log on stderr
 #
 # An EXIT trap kills a server still running when the script ends.
@@ -76,4 +79,21 @@ stop_server() {
   wait "$server_pid" || status=$?
   server_pid=""
   return $status
+}
+
+finish() {
+  local what=$1 client_status=$2 server_status=0
+  stop_server || server_status=$?
+  if [[ $client_status -ne 0 ]]; then
+    echo "FAIL: $what failed (exit status $client_status)" >&2
+    show_log
+    exit 1
+  fi
+  if [[ $server_status -ne 0 ]]; then
+    echo "FAIL: moeserve serve exited with status $server_status on SIGTERM (want 0)" >&2
+    show_log
+    exit 1
+  fi
+  echo "PASS: $what passed and the server exited 0 on SIGTERM"
+  exit 0
 }

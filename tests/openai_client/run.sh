@@ -51,16 +51,4 @@ OPENAI_TEST_URL="$url" OPENAI_TEST_API_KEY="$api_key" OPENAI_TEST_MOESERVE="$moe
   OPENAI_TEST_MODEL="$model" OPENAI_TEST_MAX_MODEL_LEN=256 \
   node --test-reporter=spec "$cache/openai_client_test.mjs" || status=$?
 
-server_status=0
-stop_server || server_status=$?
-if [[ $status -ne 0 ]]; then
-  echo "FAIL: the OpenAI client tests failed (node exit status $status)" >&2
-  show_log
-  exit 1
-fi
-if [[ $server_status -ne 0 ]]; then
-  echo "FAIL: moeserve serve exited with status $server_status on SIGTERM (want 0)" >&2
-  show_log
-  exit 1
-fi
-echo "PASS: the OpenAI Node client tests passed and the server exited 0 on SIGTERM"
+finish "the OpenAI client tests" $status
