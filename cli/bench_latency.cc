@@ -15,6 +15,7 @@
 #include "cli/model_flags.h"
 #include "core/check.h"
 #include "core/timer.h"
+#include "kernels/fma_peak.h"
 #include "kernels/isa.h"
 #include "kernels/memory_bandwidth.h"
 #include "model/checkpoint_layout.h"
@@ -52,6 +53,7 @@ struct RunResult {
   // --comm-sim, per decode step on rank 0: the modelled link time of its collectives, the part
   // it waited for, and of that the part in all-to-all exchanges (--ep's combine).
   double link_ms = 0, link_exposed_ms = 0, a2a_exposed_ms = 0;
+  double prefill_gflops = 0, prefill_peak_ratio = 0;  // against the measured f32 FMA peak
 };
 
 // Rank 0's link counters (zero without --comm-sim).
@@ -261,6 +263,14 @@ int Run(const Options& o) {
   // Measured with as many threads as the ranks here compute with.
   ThreadPool bandwidth_pool(static_cast<size_t>(threads_here));
   const double bandwidth = kernels::MeasureReadBandwidth(bandwidth_pool).gb_per_s;
+  // The compute ceiling prefill is judged against, on the same threads.
+  const double fma_peak = kernels::MeasureFmaPeak(bandwidth_pool).gflops;
+  // Flops of one prefill token: 2 per active matrix weight, without the embedding (a gather)
+  // and lm_head (one token per prompt); attention's scores over the context come on top.
+  const double embedding_params = static_cast<double>(c.vocab_size * c.hidden_size);
+  const double prefill_flops_per_token =
+      2.0 * (static_cast<double>(stats.params_active) -
+             embedding_params * (c.tie_word_embeddings ? 1 : 2));
   // The roofline of one sequence. A batch of B reads the shared weights once per step for all B
   // tokens but each token's own experts, so its aggregate rate may pass this single-sequence
   // bound: roofline_ratio = decode_tok_s / roofline_tok_s says how far batching carries past it.
@@ -289,6 +299,8 @@ int Run(const Options& o) {
     }
     run->roofline_tok_s = roofline;
     run->roofline_ratio = run->decode_tok_s / roofline;
+    run->prefill_gflops = run->prefill_tok_s * prefill_flops_per_token * 1e-9;
+    run->prefill_peak_ratio = run->prefill_gflops / fma_peak;
     runs.push_back(*run);
   }
 
@@ -345,7 +357,10 @@ int Run(const Options& o) {
                               : std::string());
   fmt::print("bytes per token  {:.1f} MB\n", stats.bytes_per_token * 1e-6);
   fmt::print("bandwidth        {:.1f} GB/s (measured in this run)\n", bandwidth);
-  fmt::print("roofline         {:.1f} tokens/s (one sequence)\n\n", roofline);
+  fmt::print("roofline         {:.1f} tokens/s (one sequence)\n", roofline);
+  fmt::print("f32 FMA peak     {:.1f} GFLOP/s (measured in this run; prefill counts {:.2f} GFLOP "
+             "per token)\n\n",
+             fma_peak, prefill_flops_per_token * 1e-9);
   const engine::SpecConfig& spec = config.spec;
   if (spec.enabled()) {
     fmt::print("speculative      {}{}\n", engine::SpecName(spec),
@@ -359,8 +374,8 @@ int Run(const Options& o) {
                "collectives, what of it was exposed, and of that the all-to-all's\n",
                o.model.comm_sim);
   }
-  fmt::print("{:>5} {:>6} {:>6} {:>12} {:>9} {:>12} {:>10}{}{}\n", "batch", "input", "output",
-             "prefill t/s", "TPOT ms", "decode t/s", "roofline",
+  fmt::print("{:>5} {:>6} {:>6} {:>12} {:>8} {:>9} {:>12} {:>10}{}{}\n", "batch", "input",
+             "output", "prefill t/s", "of peak", "TPOT ms", "decode t/s", "roofline",
              link ? "   link ms  exposed  a2a exp." : "",
              spec.enabled() ? "  accept.len  accepted per position" : "");
   for (const RunResult& r : runs) {
@@ -379,9 +394,10 @@ int Run(const Options& o) {
         link ? fmt::format(" {:>9.3f} {:>8.3f} {:>9.3f}", r.link_ms, r.link_exposed_ms,
                            r.a2a_exposed_ms)
              : "";
-    fmt::print("{:>5} {:>6} {:>6} {:>12.1f} {:>9.2f} {:>12.1f} {:>9.1f}%{}{}\n", r.batch_size,
-               r.input_len, r.output_len, r.prefill_tok_s, r.tpot_ms, r.decode_tok_s,
-               100.0 * r.roofline_ratio, link_columns, acceptance);
+    fmt::print("{:>5} {:>6} {:>6} {:>12.1f} {:>7.1f}% {:>9.2f} {:>12.1f} {:>9.1f}%{}{}\n",
+               r.batch_size, r.input_len, r.output_len, r.prefill_tok_s,
+               100.0 * r.prefill_peak_ratio, r.tpot_ms, r.decode_tok_s, 100.0 * r.roofline_ratio,
+               link_columns, acceptance);
   }
   // How batching scales the aggregate decode rate, when batch 1 was measured.
   const auto one =
@@ -425,6 +441,7 @@ int Run(const Options& o) {
     j["fused_gdn_step"] = !o.model.no_fused_gdn_step;
     j["greedy_argmax"] = config.greedy_argmax;
     j["bandwidth_gbs"] = bandwidth;
+    j["fma_peak_gflops"] = fma_peak;
     j["bytes_per_token"] = stats.bytes_per_token;
     j["runs"] = nlohmann::ordered_json::array();
     for (const RunResult& r : runs) {
@@ -432,6 +449,8 @@ int Run(const Options& o) {
                            {"input_len", r.input_len},
                            {"output_len", r.output_len},
                            {"prefill_tok_s", r.prefill_tok_s},
+                           {"prefill_gflops", r.prefill_gflops},
+                           {"prefill_peak_ratio", r.prefill_peak_ratio},
                            {"tpot_ms", r.tpot_ms},
                            {"decode_tok_s", r.decode_tok_s},
                            {"roofline_tok_s", r.roofline_tok_s},

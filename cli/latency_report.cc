@@ -263,6 +263,7 @@ std::string RenderLatencyReport(const ordered_json& r) {
       {"SIMD available", isas},
       {"threads", Text(r, "threads")},
       {"read bandwidth", fmt::format("{:.1f} GB/s (measured in this run)", Number(r, "bandwidth_gbs"))},
+      {"f32 FMA peak", fmt::format("{:.1f} GFLOP/s (measured in this run)", Number(r, "fma_peak_gflops"))},
       {"model", Text(r, "model")},
       {"weights", Text(r, "weight_dtype")},
       {"bytes per token", fmt::format("{:.1f} MB", Number(r, "bytes_per_token") * 1e-6)},
@@ -284,13 +285,15 @@ std::string RenderLatencyReport(const ordered_json& r) {
   html += BatchChart("throughput", "aggregate decode tok/s against batch size", "tokens/s", runs,
                      "decode_tok_s", roofline,
                      fmt::format("roofline, one sequence: {:.1f} tok/s", roofline));
-  html += "<table><tr><th>batch</th><th>prefill tok/s</th><th>TPOT ms</th><th>decode tok/s</th>"
-          "<th>of roofline</th></tr>\n";
+  html += "<table><tr><th>batch</th><th>prefill tok/s</th><th>of FMA peak</th><th>TPOT ms</th>"
+          "<th>decode tok/s</th><th>of roofline</th></tr>\n";
   for (const ordered_json& run : runs) {
     html += fmt::format(
-        "<tr><td class=\"num\">{}</td><td class=\"num\">{:.1f}</td><td class=\"num\">{:.2f}</td>"
-        "<td class=\"num\">{:.1f}</td><td class=\"num\">{:.1f} %</td></tr>\n",
-        Text(run, "batch_size"), Number(run, "prefill_tok_s"), Number(run, "tpot_ms"),
+        "<tr><td class=\"num\">{}</td><td class=\"num\">{:.1f}</td><td class=\"num\">{:.1f} %"
+        "</td><td class=\"num\">{:.2f}</td><td class=\"num\">{:.1f}</td><td class=\"num\">"
+        "{:.1f} %</td></tr>\n",
+        Text(run, "batch_size"), Number(run, "prefill_tok_s"),
+        100 * Number(run, "prefill_peak_ratio"), Number(run, "tpot_ms"),
         Number(run, "decode_tok_s"), 100 * Number(run, "roofline_ratio"));
   }
   html += "</table>\n</body></html>\n";

@@ -60,6 +60,7 @@ test('the machine facts are those of the run', async () => {
   assert.equal(await fact('SIMD in use'), results.isa);
   assert.equal(await fact('weights'), results.weight_dtype);
   assert.match(await fact('read bandwidth'), new RegExp(`^${results.bandwidth_gbs.toFixed(1)} GB/s`));
+  assert.match(await fact('f32 FMA peak'), new RegExp(`^${results.fma_peak_gflops.toFixed(1)} GFLOP/s`));
 });
 
 test('the ablation is a waterfall of the run\'s rows', async () => {
