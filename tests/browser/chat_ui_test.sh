@@ -12,15 +12,8 @@
 # are required: this test never skips).
 set -euo pipefail
 
-if [[ $# -ne 3 ]]; then
-  echo "usage: $0 NODE_CACHE_DIR MOESERVE_BINARY WORK_DIR" >&2
-  exit 2
-fi
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-mkdir -p "$1" "$3"
-cache=$(cd "$1" && pwd)
-moeserve=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
-work=$(cd "$3" && pwd)
+source "$here/../lib/node_test_args.sh"
 
 "$here/prepare.sh" "$cache" || exit 1
 

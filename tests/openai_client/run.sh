@@ -15,20 +15,12 @@
 # required: this test never skips).
 set -euo pipefail
 
-if [[ $# -ne 3 ]]; then
-  echo "usage: $0 NODE_CACHE_DIR MOESERVE_BINARY WORK_DIR" >&2
-  exit 2
-fi
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-mkdir -p "$1" "$3"
-cache=$(cd "$1" && pwd)
-moeserve=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
-work=$(cd "$3" && pwd)
+source "$here/../lib/node_test_args.sh"
 
 for tool in node npm; do
   command -v "$tool" >/dev/null || { echo "FAIL: $tool is not installed" >&2; exit 1; }
 done
-[[ -x "$moeserve" ]] || { echo "FAIL: $moeserve is not an executable" >&2; exit 1; }
 
 if ! "$here/../../scripts/npm-install-pinned.sh" "$here/package.json" "$cache"; then
   echo "FAIL: could not install the pinned npm packages of $here/package.json into $cache" >&2
