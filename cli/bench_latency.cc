@@ -215,6 +215,11 @@ int Run(const Options& o) {
   if (o.ablation_rounds < 1 || o.ablation_rounds > 100) {
     return UsageError(kCommand, InvalidArgument("--ablation-rounds must be in [1, 100]"));
   }
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--json", o.json_file},
+                                    {"--report", o.report_file}}) {
+    if (path.empty()) continue;
+    if (Status s = CheckWritableFile(flag, path); !s.ok()) return UsageError(kCommand, s);
+  }
   if (o.turns > 1 && !o.report_file.empty()) {
     return UsageError(kCommand, InvalidArgument("--report charts batches, not --turns"));
   }

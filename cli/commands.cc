@@ -1,6 +1,9 @@
 #include "cli/commands.h"
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <cstdlib>
 
 namespace moeserve::cli {
@@ -33,6 +36,15 @@ int RuntimeError(const std::string& command, const Status& status) {
 int InputOrRuntimeError(const std::string& command, const Status& status) {
   return status.code() == StatusCode::kInvalidArgument ? UsageError(command, status)
                                                        : RuntimeError(command, status);
+}
+
+Status CheckWritableFile(const std::string& flag, const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  if (access(dir.c_str(), W_OK) != 0 || std::filesystem::is_directory(path)) {
+    return InvalidArgument("{}: cannot write '{}' (is {} a writable folder?)", flag, path, dir);
+  }
+  return OkStatus();
 }
 
 Status WriteTextFile(const std::string& path, const std::string& text) {

@@ -38,6 +38,10 @@ int RuntimeError(const std::string& command, const Status& status);  // 1
 // error; anything else a runtime failure.
 int InputOrRuntimeError(const std::string& command, const Status& status);
 
+// For an output file flag, before any work: InvalidArgument "<flag>: cannot write '<path>' (is
+// <folder> a writable folder?)" when the folder is not writable or the path is a folder.
+Status CheckWritableFile(const std::string& flag, const std::string& path);
+
 // Writes `text` to `path` (created or truncated): an IoError naming the path if any of it fails.
 Status WriteTextFile(const std::string& path, const std::string& text);
 

@@ -5,7 +5,6 @@
 #include <numeric>
 #include <thread>
 
-#include <unistd.h>
 
 #include "cli/commands.h"
 #include "core/log.h"
@@ -65,13 +64,7 @@ Status ModelFlags::Validate() const {
   if (!isa.empty()) {
     if (Status s = kernels::SelectIsa(isa); !s.ok()) return InvalidArgument("--isa: {}", s.message());
   }
-  if (!trace.empty()) {
-    const std::filesystem::path parent = std::filesystem::path(trace).parent_path();
-    const std::string dir = parent.empty() ? "." : parent.string();
-    if (access(dir.c_str(), W_OK) != 0 || std::filesystem::is_directory(trace)) {
-      return InvalidArgument("--trace: cannot write '{}' (is {} a writable folder?)", trace, dir);
-    }
-  }
+  if (!trace.empty()) RETURN_IF_ERROR(CheckWritableFile("--trace", trace));
   if (tp < 1 || tp > 1024) return InvalidArgument("--tp: {} is outside [1, 1024]", tp);
   if (mc2_max_tokens < 0) {
     return InvalidArgument("--mc2-max-tokens: must not be negative (got {})", mc2_max_tokens);

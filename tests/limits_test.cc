@@ -220,6 +220,10 @@ TEST(LimitsTest, BadBoundsAreUsageErrors) {
            {"generate --prompt hi --trace /nonexistent-dir/t.json", "--trace: cannot write"},
            {"generate --prompt hi --trace /tmp", "--trace: cannot write '/tmp'"},
            {"bench latency --ablation --turns 2", "--ablation measures batches, not --turns"},
+           {"bench latency --report /nonexistent-dir/r.html", "--report: cannot write"},
+           {"bench latency --report /tmp", "--report: cannot write '/tmp'"},
+           {"bench latency --json /nonexistent-dir/r.json", "--json: cannot write"},
+           {"bench latency --report r.html --turns 2", "--report charts batches, not --turns"},
            {"bench latency --ablation --ablation-rounds 0", "--ablation-rounds must be in [1, 100]"}}) {
     const e2e::CommandResult r = e2e::RunMoeserve(args, err_file);
     EXPECT_EQ(r.exit_code, 2) << args;

@@ -13,9 +13,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-source "$here/../lib/node_test_args.sh"
-
-"$here/prepare.sh" "$cache" || exit 1
+source "$here/../lib/node_test_setup.sh"
+[[ -x /usr/bin/chromium ]] || { echo "FAIL: /usr/bin/chromium is not installed" >&2; exit 1; }
 
 api_key="chat-ui-test-key"
 source "$here/../lib/serve.sh"

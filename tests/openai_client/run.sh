@@ -16,18 +16,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-source "$here/../lib/node_test_args.sh"
-
-for tool in node npm; do
-  command -v "$tool" >/dev/null || { echo "FAIL: $tool is not installed" >&2; exit 1; }
-done
-
-if ! "$here/../../scripts/npm-install-pinned.sh" "$here/package.json" "$cache"; then
-  echo "FAIL: could not install the pinned npm packages of $here/package.json into $cache" >&2
-  exit 1
-fi
-# Node resolves `import 'openai'` from the script's own folder, hence the copy.
-cp "$here"/*.mjs "$cache/"
+source "$here/../lib/node_test_setup.sh"
 
 model="$work/model"
 rm -rf "$model"
