@@ -35,12 +35,19 @@ enum class DType : uint8_t {
   // (core/tensor.h: TensorBytes, PackedScales; kernels/quantize.h: the arithmetic).
   kQ8,  // "int8": int8 per weight, one f32 scale per row (output channel)
   kQ4,  // "int4": 4 bits per weight in groups of kQ4Group along K, one f32 scale per group
+  // "w8a8": stored as kQ8; each matmul also quantizes its activations to int8, one scale per
+  // row (token), and sums int8 products in int32 (kernels/quantize.h).
+  kQ8A8,
 };
 
 inline constexpr int64_t kQ4Group = 32;
 
-// True for the packed weight formats (kQ8, kQ4): DTypeSize is not their bytes per element.
-inline bool IsPackedDType(DType dtype) { return dtype == DType::kQ8 || dtype == DType::kQ4; }
+// True for the packed weight formats (kQ8, kQ8A8, kQ4): DTypeSize is not their bytes per element.
+inline bool IsPackedDType(DType dtype) {
+  return dtype == DType::kQ8 || dtype == DType::kQ8A8 || dtype == DType::kQ4;
+}
+// True for the formats stored as int8 rows with one scale per row (kQ8, kQ8A8).
+inline bool IsInt8RowsDType(DType dtype) { return dtype == DType::kQ8 || dtype == DType::kQ8A8; }
 
 // Bytes per element (packed formats: 1, their container's; TensorBytes gives their storage).
 size_t DTypeSize(DType dtype);

@@ -123,7 +123,7 @@ namespace {
 
 // Bytes of a packed matrix's rows, before the padding and the scales.
 size_t PackedRowBytes(DType dtype, int64_t N, int64_t K) {
-  return static_cast<size_t>(dtype == DType::kQ8 ? N * K : N * K / 2);
+  return static_cast<size_t>(IsInt8RowsDType(dtype) ? N * K : N * K / 2);
 }
 
 size_t AlignUp(size_t n) { return (n + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment; }
@@ -138,7 +138,7 @@ size_t TensorBytes(DType dtype, std::span<const int64_t> shape) {
   const int64_t N = shape[0], K = shape[1];
   CHECK(dtype != DType::kQ4 || K % kQ4Group == 0)
       << "int4 needs K divisible by " << kQ4Group << ", got " << K;
-  const int64_t scales = dtype == DType::kQ8 ? N : N * (K / kQ4Group);
+  const int64_t scales = IsInt8RowsDType(dtype) ? N : N * (K / kQ4Group);
   return AlignUp(PackedRowBytes(dtype, N, K)) + static_cast<size_t>(scales) * sizeof(float);
 }
 

@@ -105,7 +105,7 @@ class Tensor {
   std::array<int64_t, kMaxTensorRank> strides_{};
 };
 
-// The scales of a packed [N, K] matrix (kQ8: [N]; kQ4: [N, K / kQ4Group]), after its rows.
+// The scales of a packed [N, K] matrix (kQ8, kQ8A8: [N]; kQ4: [N, K / kQ4Group]), after its rows.
 const float* PackedScales(const Tensor& W);
 inline float* MutablePackedScales(const Tensor& W) { return const_cast<float*>(PackedScales(W)); }
 

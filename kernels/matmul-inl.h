@@ -24,13 +24,17 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "core/dtype.h"
 #include "hwy/highway.h"
+#include "kernels/quantize.h"
 
 #if defined(MOESERVE_KERNELS_MATMUL_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef MOESERVE_KERNELS_MATMUL_INL_H_
@@ -40,6 +44,11 @@
 #endif
 
 HWY_BEFORE_NAMESPACE();
+// Highway 1.0.3's AVX3_DL target enables "avxvnni" (the VEX form), not the AVX-512 VNNI that
+// its CPU check requires and that the w8a8 kernel below uses.
+#if HWY_TARGET == HWY_AVX3_DL
+HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512vnni")
+#endif
 namespace moeserve::kernels::HWY_NAMESPACE {
 
 // Helpers live in their own namespace: kernels_test links the -inl.h files of every kernel, and
@@ -381,7 +390,199 @@ void MatMulRangeT(const float* HWY_RESTRICT x, size_t x_stride, size_t M, const 
   }
 }
 
+// ---- w8a8 (kernels/quantize.h): int8 activations times int8 weights, summed exactly in int32.
+
+// Row x[0, K) quantized into p[0, K); its scale into *scale; returns sum_k p[k]. Bit-identical
+// to ref::QuantizeActivationRow on every target: max and the int32 sum are exact, and each p is
+// the same f32 product rounded half to even (NearestInt here, nearbyint there).
+inline int32_t QuantizeActivationRow(const float* HWY_RESTRICT x, size_t K, int8_t* HWY_RESTRICT p,
+                                     float* HWY_RESTRICT scale) {
+  const DF df;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<int8_t, DF> d8;
+  const size_t L = hn::Lanes(df);
+  // Largest magnitude, and v * 0 summed: NaN if any element is Inf or NaN.
+  VF vmax = hn::Zero(df), poison = hn::Zero(df);
+  size_t k = 0;
+  for (; k + L <= K; k += L) {
+    const VF v = hn::LoadU(df, x + k);
+    vmax = hn::Max(vmax, hn::Abs(v));
+    poison = hn::MulAdd(v, hn::Zero(df), poison);
+  }
+  float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
+  bool finite = !std::isnan(hn::GetLane(hn::SumOfLanes(df, poison)));
+  for (size_t j = k; j < K; ++j) {
+    finite = finite && std::isfinite(x[j]);
+    amax = std::max(amax, std::fabs(x[j]));
+  }
+  if (!finite || amax < kMinQ8A8Scale) {
+    std::fill(p, p + K, int8_t{0});
+    *scale = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+    return 0;
+  }
+  const float inv = 127.0f / amax;
+  const VF vinv = hn::Set(df, inv);
+  const auto lo = hn::Set(di, -127), hi = hn::Set(di, 127);
+  auto vsum = hn::Zero(di);
+  for (k = 0; k + L <= K; k += L) {
+    const auto q = hn::Min(hn::Max(hn::NearestInt(hn::Mul(hn::LoadU(df, x + k), vinv)), lo), hi);
+    vsum = hn::Add(vsum, q);
+    hn::StoreU(hn::DemoteTo(d8, q), d8, p + k);
+  }
+  int32_t sum = hn::GetLane(hn::SumOfLanes(di, vsum));
+  for (; k < K; ++k) {
+    p[k] = static_cast<int8_t>(std::clamp(std::nearbyint(x[k] * inv), -127.0f, 127.0f));
+    sum += p[k];
+  }
+  *scale = amax / 127.0f;
+  return sum;
+}
+
+// One tile of w8a8 outputs: y[i, r] for i < kM, r < kRows, from quantized x rows m0 + i and W
+// rows n0 + r (int8 [N, K] at w, scales w_scales). Integer sums, so the order is free: per step
+// of K each W vector is loaded once and used for kM rows of x, as in Tile above, and the K % step
+// tail is added one product at a time. kPrefetch / next: as in Tile.
+//   AVX3_DL (AVX-512 VNNI): one vpdpbusd per 64 products. It multiplies unsigned by signed
+//     bytes, so the weights go in as q + 128 (an xor of the sign bit) and each output subtracts
+//     128 * sum of its x row's p over the vector steps, in wrapping uint32 arithmetic (exact:
+//     the true sum fits in int32).
+//   Elsewhere: int8 widened to int16, pairs multiplied and added into int32 (vpmaddwd on x86).
+template <size_t kRows, size_t kM, bool kPrefetch>
+void TileQ8A8(const Int8Rows& xq, size_t m0, const int8_t* HWY_RESTRICT w,
+              const float* HWY_RESTRICT w_scales, size_t K, size_t n0, size_t next,
+              float* HWY_RESTRICT y, size_t y_stride) {
+  int32_t sums[kM][kRows];
+  size_t k = 0;
+  auto prefetch = [&](size_t r, size_t step_bytes) {
+    const uintptr_t line = reinterpret_cast<uintptr_t>(w + (next + r) * K + k);
+    for (size_t j = 0; j < std::max<size_t>(1, step_bytes / 16); ++j) {
+      __builtin_prefetch(reinterpret_cast<const void*>(line + kLineBytes * j), 0, 2);
+    }
+  };
+#if HWY_TARGET == HWY_AVX3_DL
+  constexpr size_t kStep = 64;
+  __m512i acc[kM][kRows];
+  for (size_t i = 0; i < kM; ++i) {
+    for (size_t r = 0; r < kRows; ++r) acc[i][r] = _mm512_setzero_si512();
+  }
+  const __m512i sign_bit = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (; k + kStep <= K; k += kStep) {
+    __m512i xv[kM];
+    for (size_t i = 0; i < kM; ++i) xv[i] = _mm512_loadu_si512(xq.q + (m0 + i) * xq.stride + k);
+    for (size_t r = 0; r < kRows; ++r) {
+      if constexpr (kPrefetch) prefetch(r, kStep);
+      const __m512i wv = _mm512_xor_si512(_mm512_loadu_si512(w + (n0 + r) * K + k), sign_bit);
+      for (size_t i = 0; i < kM; ++i) acc[i][r] = _mm512_dpbusd_epi32(acc[i][r], wv, xv[i]);
+    }
+  }
+  for (size_t i = 0; i < kM; ++i) {
+    // The vector steps covered p[0, k): the row's sum less the tail's.
+    int32_t p_sum = xq.sums[m0 + i];
+    for (size_t j = k; j < K; ++j) p_sum -= xq.q[(m0 + i) * xq.stride + j];
+    const uint32_t offset = 128u * static_cast<uint32_t>(p_sum);
+    for (size_t r = 0; r < kRows; ++r) {
+      sums[i][r] = static_cast<int32_t>(
+          static_cast<uint32_t>(_mm512_reduce_add_epi32(acc[i][r])) - offset);
+    }
+  }
+#else
+  const hn::ScalableTag<int16_t> d16;
+  const hn::RepartitionToWide<decltype(d16)> d32;
+  const hn::Rebind<int8_t, decltype(d16)> d8;
+  const size_t step = hn::Lanes(d16);
+  using VI32 = hn::Vec<decltype(d32)>;
+  // ReorderWidenMulAccumulate may leave part of a sum in a second accumulator (not on x86).
+  VI32 acc[kM][kRows], acc_odd[kM][kRows];
+  for (size_t i = 0; i < kM; ++i) {
+    for (size_t r = 0; r < kRows; ++r) acc[i][r] = acc_odd[i][r] = hn::Zero(d32);
+  }
+  for (; k + step <= K; k += step) {
+    hn::Vec<decltype(d16)> xv[kM];
+    for (size_t i = 0; i < kM; ++i) {
+      xv[i] = hn::PromoteTo(d16, hn::LoadU(d8, xq.q + (m0 + i) * xq.stride + k));
+    }
+    for (size_t r = 0; r < kRows; ++r) {
+      if constexpr (kPrefetch) prefetch(r, step);
+      const auto wv = hn::PromoteTo(d16, hn::LoadU(d8, w + (n0 + r) * K + k));
+      for (size_t i = 0; i < kM; ++i) {
+        acc[i][r] = hn::ReorderWidenMulAccumulate(d32, wv, xv[i], acc[i][r], acc_odd[i][r]);
+      }
+    }
+  }
+  for (size_t i = 0; i < kM; ++i) {
+    for (size_t r = 0; r < kRows; ++r) {
+      sums[i][r] = hn::GetLane(hn::SumOfLanes(d32, hn::Add(acc[i][r], acc_odd[i][r])));
+    }
+  }
+#endif
+  for (size_t i = 0; i < kM; ++i) {
+    const int8_t* HWY_RESTRICT p = xq.q + (m0 + i) * xq.stride;
+    for (size_t r = 0; r < kRows; ++r) {
+      const int8_t* HWY_RESTRICT q = w + (n0 + r) * K;
+      int32_t sum = sums[i][r];
+      for (size_t j = k; j < K; ++j) sum += int32_t{p[j]} * q[j];
+      y[i * y_stride + r] =
+          static_cast<float>(sum) * xq.scales[m0 + i] * w_scales[n0 + r];
+    }
+  }
+}
+
+using TileQ8A8Fn = void (*)(const Int8Rows&, size_t, const int8_t* HWY_RESTRICT,
+                            const float* HWY_RESTRICT, size_t, size_t, size_t,
+                            float* HWY_RESTRICT, size_t);
+
+// The w8a8 tiles, indexed as the float ones (TileAt).
+template <bool kPrefetch, size_t kI>
+constexpr TileQ8A8Fn TileQ8A8At() {
+  constexpr size_t kRows = kI / kMaxTileM + 1;
+  constexpr size_t kM = kI % kMaxTileM + 1;
+  if constexpr (kRows * kM <= kMaxAccumulators) {
+    return &TileQ8A8<kRows, kM, kPrefetch>;
+  } else {
+    return nullptr;
+  }
+}
+template <bool kPrefetch, size_t... kI>
+constexpr std::array<TileQ8A8Fn, sizeof...(kI)> MakeTilesQ8A8(std::index_sequence<kI...>) {
+  return {TileQ8A8At<kPrefetch, kI>()...};
+}
+
 }  // namespace matmul_internal
+
+// Quantizes M rows of x (row m at x + m * x_stride, K floats) for w8a8 into out: row m's values
+// at out.q + m * out.stride, its scale and sum at out.scales[m] and out.sums[m].
+inline void QuantizeActivationsImpl(const float* HWY_RESTRICT x, size_t x_stride, size_t M,
+                                    size_t K, int8_t* HWY_RESTRICT q, size_t q_stride,
+                                    float* HWY_RESTRICT scales, int32_t* HWY_RESTRICT sums) {
+  for (size_t m = 0; m < M; ++m) {
+    sums[m] = matmul_internal::QuantizeActivationRow(x + m * x_stride, K, q + m * q_stride,
+                                                     &scales[m]);
+  }
+}
+
+// y[m, n] for m < M and n in [n_begin, n_end) against w8a8 weights (int8 [N, K] at w with
+// w_scales), from activations already quantized (xq). Same loop order as MatMulRangeT.
+inline void MatMulRangeQ8A8Impl(const Int8Rows& xq, size_t M, const int8_t* HWY_RESTRICT w,
+                                const float* HWY_RESTRICT w_scales, size_t K, size_t n_begin,
+                                size_t n_end, float* HWY_RESTRICT y, size_t y_stride) {
+  namespace mi = matmul_internal;
+  using Tiles = std::array<mi::TileQ8A8Fn, mi::kMaxTileRows * mi::kMaxTileM>;
+  static constexpr Tiles kTiles =
+      mi::MakeTilesQ8A8<false>(std::make_index_sequence<mi::kMaxTileRows * mi::kMaxTileM>());
+  static constexpr Tiles kPrefetchingTiles =
+      mi::MakeTilesQ8A8<true>(std::make_index_sequence<mi::kMaxTileRows * mi::kMaxTileM>());
+  const mi::TileShape shape = mi::ChooseTileShape(M);
+  for (size_t n = n_begin; n < n_end; n += shape.rows) {
+    const size_t rows = std::min(shape.rows, n_end - n);
+    const size_t next = n + 2 * shape.rows <= n_end ? n + shape.rows : mi::kNoRow;
+    for (size_t m = 0; m < M; m += shape.m) {
+      const size_t ms = std::min(shape.m, M - m);
+      const Tiles& tiles = m == 0 && next != mi::kNoRow ? kPrefetchingTiles : kTiles;
+      tiles[(rows - 1) * mi::kMaxTileM + (ms - 1)](xq, m, w, w_scales, K, n, next,
+                                                   y + m * y_stride + n, y_stride);
+    }
+  }
+}
 
 // y[m, n] = sum_k x[m, k] * W[n, k] for m < M and n in [n_begin, n_end), on this target. w is
 // row-major [N, K] of w_dtype (kBF16, kF32, or packed kQ8 / kQ4 with their `scales`,
@@ -409,6 +610,19 @@ inline void MatMulRangeImpl(const float* HWY_RESTRICT x, size_t x_stride, size_t
       mi::MatMulRangeT(x, x_stride, M, mi::Q4Rows{static_cast<const uint8_t*>(w), scales, K},
                        n_begin, n_end, y, y_stride);
       return;
+    case DType::kQ8A8: {
+      // Quantizes x here, on this thread (kernels/matmul.cc quantizes once per call instead).
+      thread_local std::vector<int8_t> q;
+      thread_local std::vector<float> x_scales;
+      thread_local std::vector<int32_t> x_sums;
+      q.resize(M * K);
+      x_scales.resize(M);
+      x_sums.resize(M);
+      QuantizeActivationsImpl(x, x_stride, M, K, q.data(), K, x_scales.data(), x_sums.data());
+      MatMulRangeQ8A8Impl(Int8Rows{q.data(), K, x_scales.data(), x_sums.data()}, M,
+                          static_cast<const int8_t*>(w), scales, K, n_begin, n_end, y, y_stride);
+      return;
+    }
     default:
       mi::MatMulRangeT(x, x_stride, M, mi::FloatRows<float>{static_cast<const float*>(w), K},
                        n_begin, n_end, y, y_stride);
@@ -417,6 +631,9 @@ inline void MatMulRangeImpl(const float* HWY_RESTRICT x, size_t x_stride, size_t
 }
 
 }  // namespace moeserve::kernels::HWY_NAMESPACE
+#if HWY_TARGET == HWY_AVX3_DL
+HWY_POP_ATTRIBUTES
+#endif
 HWY_AFTER_NAMESPACE();
 
 #endif  // MOESERVE_KERNELS_MATMUL_INL_H_

@@ -211,7 +211,7 @@ using matmul_test_target::Where;
 HWY_NOINLINE void TestMatMulMatchesReference() {
   uint32_t seed = 1;
   int cases = 0;
-  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4}) {
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4, DType::kQ8A8}) {
     // M = 1..3, 4, 5 and more take the four tile shapes of the AVX-512 path (matmul-inl.h).
     for (int64_t M : {1, 2, 3, 4, 5, 16, 37}) {
       for (int64_t N : {1, 3, 4, 7, 64, 129}) {
@@ -234,7 +234,7 @@ HWY_NOINLINE void TestMatMulMatchesReference() {
     }
   }
   // int4: only K = 32, 64, 2048 (multiples of its group).
-  EXPECT_EQ(cases, (3 * 11 + 3) * 7 * 6);
+  EXPECT_EQ(cases, (4 * 11 + 3) * 7 * 6);
 }
 
 HWY_NOINLINE void TestMatMulBatchInvariance() {
@@ -243,7 +243,7 @@ HWY_NOINLINE void TestMatMulBatchInvariance() {
   constexpr int64_t kM = 37;
   constexpr int64_t kN = 37;
   uint32_t seed = 500;
-  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4}) {
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4, DType::kQ8A8}) {
     for (int64_t K : {1, 7, 8, 15, 16, 17, 31, 64, 100, 257, 2048}) {
       if (IsPackedDType(dtype) && !CanPack(dtype, K)) continue;
       ++seed;
@@ -288,7 +288,7 @@ HWY_NOINLINE void TestMatMulStaysInBounds() {
   // build. NaN-padded buffers: an over-read turns the result into NaN in every build. Every
   // partial-vector length is covered for every target (K up to 3 vectors of 16 lanes).
   uint32_t seed = 900;
-  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4}) {
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4, DType::kQ8A8}) {
     for (int64_t K = 0; K <= 70; ++K) {
       if (!IsPackedDType(dtype) && K > 50) break;
       if (IsPackedDType(dtype) && !CanPack(dtype, K)) continue;
@@ -307,6 +307,74 @@ HWY_NOINLINE void TestMatMulStaysInBounds() {
         }
       }
     }
+  }
+}
+
+// w8a8 sums integers exactly, so every target must equal the reference bit for bit, including
+// the activation quantization (ties rounded to even, rows of zeros, tiny rows, Inf and NaN).
+HWY_NOINLINE void TestW8A8ExactlyMatchesReference() {
+  std::mt19937 rng(31);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t K : {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 200, 2048}) {
+    // Row kinds: 0 random with an outlier, 1 zeros, 2 tiny (quantized to 0), 3 an Inf, 4 a NaN,
+    // 5 halves: values whose x * 127 / max|x| is exactly k + 0.5 (round half to even).
+    constexpr int64_t kKinds = 6;
+    const int64_t M = kKinds + 3;
+    std::vector<float> x(static_cast<size_t>(M * K));
+    for (int64_t m = 0; m < M; ++m) {
+      float* row = x.data() + m * K;
+      for (int64_t k = 0; k < K; ++k) row[k] = normal(rng);
+      switch (m % kKinds) {
+        case 0: row[K / 2] = 40.0f; break;
+        case 1: std::fill(row, row + K, 0.0f); break;
+        case 2: for (int64_t k = 0; k < K; ++k) row[k] *= 1e-32f; break;
+        case 3: row[K - 1] = std::numeric_limits<float>::infinity(); break;
+        case 4: row[0] = matmul_test::kNaN; break;
+        case 5:
+          for (int64_t k = 0; k < K; ++k) row[k] = static_cast<float>(k % 254 - 127) + 0.5f;
+          row[0] = 127.0f;  // max|x| = 127: x * 127 / 127 = x
+          break;
+      }
+    }
+    // Activation quantization alone.
+    for (int64_t m = 0; m < M; ++m) {
+      std::vector<int8_t> got(static_cast<size_t>(K)), want(static_cast<size_t>(K));
+      float got_scale = -1, want_scale = -2;
+      const int32_t got_sum = matmul_internal::QuantizeActivationRow(
+          x.data() + m * K, static_cast<size_t>(K), got.data(), &got_scale);
+      const int32_t want_sum = ref::QuantizeActivationRow(x.data() + m * K, K, want.data(),
+                                                          &want_scale);
+      EXPECT_EQ(got, want) << hwy::TargetName(HWY_TARGET) << " K=" << K << " m=" << m;
+      EXPECT_EQ(got_sum, want_sum) << hwy::TargetName(HWY_TARGET) << " K=" << K << " m=" << m;
+      EXPECT_EQ(std::memcmp(&got_scale, &want_scale, sizeof(float)), 0)
+          << hwy::TargetName(HWY_TARGET) << " K=" << K << " m=" << m;
+    }
+    for (int64_t N : {1, 9, 33}) {
+      Weights w(DType::kQ8A8, N, K, static_cast<uint32_t>(K * 100 + N));
+      const Tensor W = w.view();
+      std::vector<float> got(static_cast<size_t>(M * N)), want(got.size());
+      Run(x.data(), K, M, W, 0, N, got.data(), N);
+      ref::MatMul(x.data(), K, M, W, want.data(), N);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+          << Where(DType::kQ8A8, M, N, K);
+      for (int64_t n = 0; n < N; ++n) {
+        EXPECT_TRUE(std::isnan(got[3 * N + n]) && std::isnan(got[4 * N + n])) << "Inf, NaN rows";
+        EXPECT_EQ(got[1 * N + n], 0.0f) << "zero row";
+        EXPECT_EQ(got[2 * N + n], 0.0f) << "tiny row";
+      }
+    }
+  }
+  // The largest sum: every product 127 * 127 (or -127 * 127) over K = kMaxQ8A8K.
+  for (float sign : {1.0f, -1.0f}) {
+    const int64_t K = kMaxQ8A8K, N = 2;
+    std::vector<float> row(static_cast<size_t>(K), sign), ones(static_cast<size_t>(K), 1.0f);
+    OwnedTensor W(DType::kQ8A8, {N, K});
+    QuantizeRow(ones.data(), W.view(), 0);
+    QuantizeRow(row.data(), W.view(), 1);
+    float y[2] = {};
+    Run(row.data(), K, 1, W.view(), 0, N, y, N);
+    EXPECT_EQ(y[0], sign * static_cast<float>(K)) << hwy::TargetName(HWY_TARGET);
+    EXPECT_EQ(y[1], static_cast<float>(K)) << hwy::TargetName(HWY_TARGET);
   }
 }
 
@@ -348,6 +416,7 @@ HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestMatMulMatchesReference);
 HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestMatMulBatchInvariance);
 HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestMatMulStaysInBounds);
 HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestMatMulRangeWritesOnlyItsOutputs);
+HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestW8A8ExactlyMatchesReference);
 
 namespace {
 
@@ -363,7 +432,7 @@ TEST(MatMulTest, BitIdenticalAcrossThreadCountsAndBatches) {
   // offset of an output in the batch never change its bits.
   constexpr int64_t kM = 37;
   uint32_t seed = 3000;
-  for (DType dtype : {DType::kBF16, DType::kF32}) {
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8A8}) {
     for (int64_t N : {1, 5, 64, 133}) {
       for (int64_t K : {1, 7, 257, 2048}) {
         ++seed;
@@ -422,7 +491,7 @@ TEST(MatMulTest, ModelShapesMatchReference) {
   // A Qwen3-Next expert (down: [2048, 512]; gate/up: [512, 2048]) at decode and prefill sizes.
   ThreadPool pool(2);
   uint32_t seed = 5000;
-  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4}) {
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4, DType::kQ8A8}) {
     for (auto [N, K] : {std::pair<int64_t, int64_t>{512, 2048}, {2048, 512}}) {
       for (int64_t M : {1, 4, 19}) {
         ++seed;
@@ -462,7 +531,9 @@ TEST(MatMulTest, GroupMatchesSeparateCallsBitForBit) {
   };
   const Shape shapes[] = {{64, 48, 3, DType::kBF16}, {40, 48, 1, DType::kF32},
                           {17, 33, 0, DType::kBF16}, {128, 64, 8, DType::kBF16},
-                          {9, 16, 5, DType::kF32}};
+                          {9, 16, 5, DType::kF32},   {24, 80, 4, DType::kQ8A8},
+                          {33, 80, 4, DType::kQ8A8}, {16, 80, 0, DType::kQ8A8},
+                          {8, 80, 2, DType::kQ8A8},  {8, 40, 3, DType::kQ8}};
   std::vector<OwnedTensor> weights;
   std::vector<std::vector<float>> xs, group_ys, single_ys;
   std::vector<MatMulJob> jobs;
@@ -470,17 +541,25 @@ TEST(MatMulTest, GroupMatchesSeparateCallsBitForBit) {
     OwnedTensor w(s.dtype, {s.N, s.K});
     std::vector<float> values(s.N * s.K);
     for (float& v : values) v = normal(rng);
-    ConvertFromF32(values.data(), s.dtype, w.view().data(), values.size());
+    if (IsPackedDType(s.dtype)) {
+      for (int64_t n = 0; n < s.N; ++n) QuantizeRow(values.data() + n * s.K, w.view(), n);
+    } else {
+      ConvertFromF32(values.data(), s.dtype, w.view().data(), values.size());
+    }
     weights.push_back(std::move(w));
     xs.emplace_back(s.M * s.K);
     for (float& v : xs.back()) v = normal(rng);
     group_ys.emplace_back(s.M * s.N, -1.0f);
     single_ys.emplace_back(s.M * s.N, -2.0f);
   }
+  xs[6] = xs[5];  // same values at another address: quantized again
   for (size_t j = 0; j < weights.size(); ++j) {
     const Shape& s = shapes[j];
     jobs.push_back({xs[j].data(), s.K, s.M, &weights[j].view(), group_ys[j].data(), s.N});
   }
+  // Two w8a8 jobs on the very same x, as an expert's gate and up: quantized once, shared.
+  std::vector<float> shared_y(4 * 24, -3.0f);
+  jobs.insert(jobs.begin() + 6, {xs[5].data(), 80, 4, &weights[5].view(), shared_y.data(), 24});
   const uint64_t joins = pool.barrier_count();
   MatMulGroup(jobs.data(), static_cast<int64_t>(jobs.size()), pool);
   EXPECT_EQ(pool.barrier_count(), joins + 1);
@@ -492,6 +571,7 @@ TEST(MatMulTest, GroupMatchesSeparateCallsBitForBit) {
                              group_ys[j].size() * sizeof(float)))
         << "job " << j;
   }
+  EXPECT_EQ(0, std::memcmp(shared_y.data(), group_ys[5].data(), shared_y.size() * sizeof(float)));
 }
 
 TEST(MatMulTest, EmptyShapes) {

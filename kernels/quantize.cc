@@ -33,14 +33,19 @@ void CheckRow(const Tensor& W, int64_t n) {
 }  // namespace
 
 bool CanPack(DType dtype, int64_t K) {
-  return dtype == DType::kQ8 || (dtype == DType::kQ4 && K % kQ4Group == 0);
+  switch (dtype) {
+    case DType::kQ8: return true;
+    case DType::kQ8A8: return K <= kMaxQ8A8K;
+    case DType::kQ4: return K % kQ4Group == 0;
+    default: return false;
+  }
 }
 
 void QuantizeRow(const float* row, const Tensor& W, int64_t n) {
   CheckRow(W, n);
   const int64_t K = W.dim(1);
   float* scales = MutablePackedScales(W);
-  if (W.dtype() == DType::kQ8) {
+  if (IsInt8RowsDType(W.dtype())) {
     int8_t* q = W.data_as<int8_t>() + n * K;
     const float s = MaxAbs(row, K) / 127.0f;
     const float inv = s > 0.0f ? 1.0f / s : 0.0f;
@@ -66,7 +71,7 @@ void DequantizeRow(const Tensor& W, int64_t n, float* row) {
   CheckRow(W, n);
   const int64_t K = W.dim(1);
   const float* scales = PackedScales(W);
-  if (W.dtype() == DType::kQ8) {
+  if (IsInt8RowsDType(W.dtype())) {
     const int8_t* q = W.data_as<const int8_t>() + n * K;
     for (int64_t k = 0; k < K; ++k) row[k] = static_cast<float>(q[k]) * scales[n];
     return;

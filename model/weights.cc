@@ -144,7 +144,8 @@ DType MatrixDType(DType requested, DType base, TensorRole role, int64_t cols) {
     case TensorRole::kRouter:     // small, and its argmax picks the experts
       return base;
     case TensorRole::kLmHead:  // int8 under int4 too (llama.cpp keeps the output layer wider)
-      return DType::kQ8;
+      return requested == DType::kQ8A8 && kernels::CanPack(requested, cols) ? DType::kQ8A8
+                                                                           : DType::kQ8;
     default:
       return kernels::CanPack(requested, cols) ? requested : base;
   }
@@ -152,7 +153,8 @@ DType MatrixDType(DType requested, DType base, TensorRole role, int64_t cols) {
 
 double BytesPerWeight(DType dtype, int64_t cols) {
   switch (dtype) {
-    case DType::kQ8: return 1.0 + static_cast<double>(sizeof(float)) / static_cast<double>(cols);
+    case DType::kQ8:
+    case DType::kQ8A8: return 1.0 + static_cast<double>(sizeof(float)) / static_cast<double>(cols);
     case DType::kQ4: return 0.5 + static_cast<double>(sizeof(float)) / kQ4Group;
     default: return static_cast<double>(DTypeSize(dtype));
   }

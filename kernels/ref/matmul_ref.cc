@@ -1,5 +1,8 @@
 #include "kernels/ref/matmul_ref.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "core/check.h"
@@ -7,6 +10,29 @@
 #include "kernels/quantize.h"
 
 namespace moeserve::kernels::ref {
+
+int32_t QuantizeActivationRow(const float* x, int64_t K, int8_t* p, float* scale) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (int64_t k = 0; k < K; ++k) {
+    finite = finite && std::isfinite(x[k]);
+    amax = std::max(amax, std::fabs(x[k]));
+  }
+  if (!finite || amax < kMinQ8A8Scale) {
+    std::fill(p, p + K, int8_t{0});
+    *scale = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+    return 0;
+  }
+  const float inv = 127.0f / amax;
+  int32_t sum = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    const float q = std::clamp(std::nearbyint(x[k] * inv), -127.0f, 127.0f);
+    p[k] = static_cast<int8_t>(q);
+    sum += p[k];
+  }
+  *scale = amax / 127.0f;
+  return sum;
+}
 
 void MatMul(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float* y,
             int64_t y_stride) {
@@ -20,6 +46,22 @@ void MatMul(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float*
   const int64_t K = W.dim(1);
   if (M > 0) CHECK_GE(x_stride, K);
   if (M > 1) CHECK_GE(y_stride, N);
+  if (W.dtype() == DType::kQ8A8) {
+    CHECK_LE(K, kMaxQ8A8K);
+    const int8_t* q = W.data_as<const int8_t>();
+    const float* w_scales = PackedScales(W);
+    std::vector<int8_t> p(static_cast<size_t>(K));
+    for (int64_t m = 0; m < M; ++m) {
+      float x_scale = 0.0f;
+      QuantizeActivationRow(x + m * x_stride, K, p.data(), &x_scale);
+      for (int64_t n = 0; n < N; ++n) {
+        int64_t sum = 0;
+        for (int64_t k = 0; k < K; ++k) sum += int64_t{p[k]} * q[n * K + k];
+        y[m * y_stride + n] = static_cast<float>(sum) * x_scale * w_scales[n];
+      }
+    }
+    return;
+  }
   const bool bf16 = W.dtype() == DType::kBF16;
   const uint16_t* w16 = W.data_as<const uint16_t>();
   const float* w32 = W.data_as<const float>();
