@@ -66,6 +66,7 @@ struct ActivationScratch {
   std::vector<int32_t> sums;
   size_t rows = 0;  // in use
   size_t bytes = 0;
+  std::vector<Int8Rows> jobs;  // MatMulGroup: job j's quantized rows (w8a8 jobs only)
 };
 
 ActivationScratch& ThreadScratch() {
@@ -175,8 +176,9 @@ void MatMulGroup(const MatMulJob* jobs, int64_t num_jobs, ThreadPool& pool) {
     if (previous < 0 || !same_x(j, previous)) Reserve(scratch, jobs[j].M, jobs[j].W->dim(1));
     previous = j;
   }
-  // Only w8a8 jobs' entries are used; sized on first use of a larger group, then kept.
-  thread_local std::vector<Int8Rows> quantized;
+  // Only w8a8 jobs' entries are used; sized on first use of a larger group, then kept. (Through
+  // the reference: the tasks run on the pool's threads, whose own scratch this is not.)
+  std::vector<Int8Rows>& quantized = scratch.jobs;
   if (quantized.size() < static_cast<size_t>(num_jobs)) quantized.resize(num_jobs);
   size_t row = 0, byte = 0;
   previous = -1;

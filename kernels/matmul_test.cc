@@ -533,7 +533,9 @@ TEST(MatMulTest, GroupMatchesSeparateCallsBitForBit) {
                           {17, 33, 0, DType::kBF16}, {128, 64, 8, DType::kBF16},
                           {9, 16, 5, DType::kF32},   {24, 80, 4, DType::kQ8A8},
                           {33, 80, 4, DType::kQ8A8}, {16, 80, 0, DType::kQ8A8},
-                          {8, 80, 2, DType::kQ8A8},  {8, 40, 3, DType::kQ8}};
+                          {8, 80, 2, DType::kQ8A8},  {8, 40, 3, DType::kQ8},
+                          // Large enough that the pool's worker surely runs some of their tasks.
+                          {1024, 512, 16, DType::kQ8A8}, {1024, 512, 9, DType::kQ8A8}};
   std::vector<OwnedTensor> weights;
   std::vector<std::vector<float>> xs, group_ys, single_ys;
   std::vector<MatMulJob> jobs;
