@@ -485,6 +485,41 @@ void TileQ8A8(const Int8Rows& xq, size_t m0, const int8_t* HWY_RESTRICT w,
           static_cast<uint32_t>(_mm512_reduce_add_epi32(acc[i][r])) - offset);
     }
   }
+#elif HWY_TARGET == HWY_AVX2
+  // 32 products per step: vpmaddubsw multiplies unsigned by signed bytes into int16 pairs, so
+  // it gets |p| and q * sign(p) (vpsignb; q = -128 never occurs). A pair is at most
+  // 2 * 127 * 127 < 2^15: no saturation. vpmaddwd by ones then widens the pairs into int32.
+  constexpr size_t kStep = 32;
+  __m256i acc[kM][kRows];
+  for (size_t i = 0; i < kM; ++i) {
+    for (size_t r = 0; r < kRows; ++r) acc[i][r] = _mm256_setzero_si256();
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (; k + kStep <= K; k += kStep) {
+    __m256i xv[kM], ax[kM];
+    for (size_t i = 0; i < kM; ++i) {
+      xv[i] = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(xq.q + (m0 + i) * xq.stride + k));
+      ax[i] = _mm256_sign_epi8(xv[i], xv[i]);
+    }
+    for (size_t r = 0; r < kRows; ++r) {
+      if constexpr (kPrefetch) prefetch(r, kStep);
+      const __m256i wv =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + (n0 + r) * K + k));
+      for (size_t i = 0; i < kM; ++i) {
+        const __m256i pairs = _mm256_maddubs_epi16(ax[i], _mm256_sign_epi8(wv, xv[i]));
+        acc[i][r] = _mm256_add_epi32(acc[i][r], _mm256_madd_epi16(pairs, ones));
+      }
+    }
+  }
+  for (size_t i = 0; i < kM; ++i) {
+    for (size_t r = 0; r < kRows; ++r) {
+      const __m128i half = _mm_add_epi32(_mm256_castsi256_si128(acc[i][r]),
+                                         _mm256_extracti128_si256(acc[i][r], 1));
+      const __m128i quad = _mm_add_epi32(half, _mm_unpackhi_epi64(half, half));
+      sums[i][r] = _mm_cvtsi128_si32(_mm_add_epi32(quad, _mm_shuffle_epi32(quad, 1)));
+    }
+  }
 #else
   const hn::ScalableTag<int16_t> d16;
   const hn::RepartitionToWide<decltype(d16)> d32;
@@ -525,6 +560,15 @@ void TileQ8A8(const Int8Rows& xq, size_t m0, const int8_t* HWY_RESTRICT w,
           static_cast<float>(sum) * xq.scales[m0 + i] * w_scales[n0 + r];
     }
   }
+}
+
+// w8a8 tile shapes. With 32 registers (AVX-512) as the float tiles. With 16, a float tile of
+// 12 accumulators fits because its MulAdd reads W from memory; the int8 tile also holds the W and
+// x vectors it widened, and 4 x 3 spilled accumulators to the stack (AVX2, Zen 4 measured), so
+// at most 8 accumulators.
+inline TileShape ChooseTileShapeQ8A8(size_t M) {
+  if (kMaxAccumulators >= 24) return ChooseTileShape(M);
+  return M == 1 ? TileShape{8, 1} : TileShape{4, 2};
 }
 
 using TileQ8A8Fn = void (*)(const Int8Rows&, size_t, const int8_t* HWY_RESTRICT,
@@ -571,7 +615,7 @@ inline void MatMulRangeQ8A8Impl(const Int8Rows& xq, size_t M, const int8_t* HWY_
       mi::MakeTilesQ8A8<false>(std::make_index_sequence<mi::kMaxTileRows * mi::kMaxTileM>());
   static constexpr Tiles kPrefetchingTiles =
       mi::MakeTilesQ8A8<true>(std::make_index_sequence<mi::kMaxTileRows * mi::kMaxTileM>());
-  const mi::TileShape shape = mi::ChooseTileShape(M);
+  const mi::TileShape shape = mi::ChooseTileShapeQ8A8(M);
   for (size_t n = n_begin; n < n_end; n += shape.rows) {
     const size_t rows = std::min(shape.rows, n_end - n);
     const size_t next = n + 2 * shape.rows <= n_end ? n + shape.rows : mi::kNoRow;
