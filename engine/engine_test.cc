@@ -59,20 +59,25 @@ TEST(EngineTest, SingleRequestMatchesTheSingleSequenceForward) {
 }
 
 TEST(EngineTest, BatchedLogitsAreBitIdenticalToAlone) {
-  auto lm = LoadModel(kHybridDir);
-  ASSERT_TRUE(lm);
-  const auto prompts = EightPrompts(lm->config().vocab_size);
-  const EngineConfig config{.max_num_seqs = 8, .max_num_batched_tokens = 512, .max_model_len = 256};
-  std::vector<Trace> alone;
-  for (const auto& p : prompts) alone.push_back(RunAlone(*lm, config, p, 10));
+  // As stored, and w8a8 (whose matmuls quantize each token's activations on their own).
+  for (std::optional<DType> weights : {std::optional<DType>(), std::optional(DType::kQ8A8)}) {
+    SCOPED_TRACE(weights ? std::string(DTypeName(*weights)) : "as stored");
+    auto lm = LoadModel(kHybridDir, weights);
+    ASSERT_TRUE(lm);
+    const auto prompts = EightPrompts(lm->config().vocab_size);
+    const EngineConfig config{
+        .max_num_seqs = 8, .max_num_batched_tokens = 512, .max_model_len = 256};
+    std::vector<Trace> alone;
+    for (const auto& p : prompts) alone.push_back(RunAlone(*lm, config, p, 10));
 
-  // All at once, and arriving one every 3 steps (new prefills join running decodes).
-  for (int64_t stagger : {0, 3}) {
-    auto engine = Engine::Create(*lm, config);
-    ASSERT_TRUE(engine.ok());
-    const std::vector<Trace> batched = RunAll(**engine, prompts, 10, stagger);
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      ExpectBitIdentical(batched[i], alone[i], fmt::format("stagger {} request {}", stagger, i));
+    // All at once, and arriving one every 3 steps (new prefills join running decodes).
+    for (int64_t stagger : {0, 3}) {
+      auto engine = Engine::Create(*lm, config);
+      ASSERT_TRUE(engine.ok());
+      const std::vector<Trace> batched = RunAll(**engine, prompts, 10, stagger);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        ExpectBitIdentical(batched[i], alone[i], fmt::format("stagger {} request {}", stagger, i));
+      }
     }
   }
 }

@@ -27,8 +27,10 @@ namespace fs = std::filesystem;
 
 inline const std::string kHybridDir = MOESERVE_SHARED_DIR "/testdata/tiny-qwen3next";
 
-inline std::unique_ptr<model::CausalLm> LoadModel(const std::string& dir) {
-  Result<std::unique_ptr<model::CausalLm>> lm = model::CausalLm::Load(dir, {.weight_dtype = std::nullopt, .threads = 2});
+inline std::unique_ptr<model::CausalLm> LoadModel(
+    const std::string& dir, std::optional<DType> weight_dtype = std::nullopt) {
+  Result<std::unique_ptr<model::CausalLm>> lm =
+      model::CausalLm::Load(dir, {.weight_dtype = weight_dtype, .threads = 2});
   EXPECT_TRUE(lm.ok()) << lm.status().ToString();
   return lm.ok() ? std::move(*lm) : nullptr;
 }

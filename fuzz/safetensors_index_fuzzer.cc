@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <system_error>
 
 #include "io/safetensors.h"
 
@@ -19,23 +20,35 @@ using moeserve::DType;
 using moeserve::io::SafetensorsTensorSpec;
 
 // A folder with two shards: shard 1 holds "a" (f32 [2, 3]) and "b" (bf16 [4]), shard 2 "c"
-// (f32 [5]). The fuzzer rewrites only the index.
-const fs::path& Folder() {
-  static const fs::path dir = [] {
-    const fs::path d = fs::temp_directory_path() / ("moeserve_index_fuzz_" + std::to_string(getpid()));
-    fs::create_directories(d);
+// (f32 [5]). The fuzzer rewrites only the index. Removed at exit.
+class ShardFolder {
+ public:
+  ShardFolder()
+      : dir_(fs::temp_directory_path() / ("moeserve_index_fuzz_" + std::to_string(getpid()))) {
+    fs::create_directories(dir_);
     auto fill = [](size_t, std::span<std::byte> out) {
       for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::byte>(i * 7);
     };
     (void)moeserve::io::WriteSafetensors(
-        (d / "model-00001-of-00002.safetensors").string(),
+        (dir_ / "model-00001-of-00002.safetensors").string(),
         {SafetensorsTensorSpec{"a", DType::kF32, {2, 3}}, SafetensorsTensorSpec{"b", DType::kBF16, {4}}},
         fill);
-    (void)moeserve::io::WriteSafetensors((d / "model-00002-of-00002.safetensors").string(),
+    (void)moeserve::io::WriteSafetensors((dir_ / "model-00002-of-00002.safetensors").string(),
                                          {SafetensorsTensorSpec{"c", DType::kF32, {5}}}, fill);
-    return d;
-  }();
-  return dir;
+  }
+  ~ShardFolder() {
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+  const fs::path& dir() const { return dir_; }
+
+ private:
+  fs::path dir_;
+};
+
+const fs::path& Folder() {
+  static const ShardFolder folder;
+  return folder.dir();
 }
 
 }  // namespace

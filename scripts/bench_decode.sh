@@ -5,7 +5,8 @@
 # drafts nothing useful, so without --spec) and on the default model with its trained MTP head.
 #   scripts/bench_decode.sh [MODEL_DIR] [BATCH_SIZES]
 # MODEL_DIR defaults to the bench preset in /tmp/bench (made if missing), BATCH_SIZES to 1,4,8.
-# ISAS="avx3 avx2" and DTYPES="bf16 int8 int4" choose the rows; OUT (default /tmp) gets the JSON
+# ISAS="native avx2" (native: the best target this CPU runs, e.g. avx3_dl) and
+# DTYPES="bf16 int8 int4 w8a8" choose the rows; OUT (default /tmp) gets the JSON
 # and, for the ablations, bench latency's HTML reports; ABLATION=0 skips the ablations.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,19 +17,21 @@ model=${1:-/tmp/bench}
 batches=${2:-1,4,8}
 out=${OUT:-/tmp}
 [ -f "$model/config.json" ] || "$bin" make-model --preset bench --out "$model"
-for isa in ${ISAS:-avx3 avx2}; do
-  for dtype in ${DTYPES:-bf16 int8 int4}; do
-    echo "== --isa $isa --weight-dtype $dtype"
+for isa in ${ISAS:-native avx2}; do
+  isa_flag=()
+  [ "$isa" = native ] || isa_flag=(--isa "$isa")
+  for dtype in ${DTYPES:-bf16 int8 int4 w8a8}; do
+    echo "== $isa --weight-dtype $dtype"
     "$bin" bench latency --model "$model" --batch-size "$batches" --input-len 128 --output-len 64 \
-      --isa "$isa" --weight-dtype "$dtype" --json "$out/bench_${isa}_${dtype}.json"
+      "${isa_flag[@]}" --weight-dtype "$dtype" --json "$out/bench_${isa}_${dtype}.json"
   done
   [ "${ABLATION:-1}" = 1 ] || continue
-  echo "== --isa $isa ablation"
+  echo "== $isa ablation"
   "$bin" bench latency --model "$model" --batch-size 1,8 --input-len 128 --output-len 64 \
-    --isa "$isa" --ablation --json "$out/bench_${isa}_ablation.json" \
+    "${isa_flag[@]}" --ablation --json "$out/bench_${isa}_ablation.json" \
     --report "$out/bench_${isa}_ablation.html"
-  echo "== --isa $isa ablation, default model, --spec mtp:1"
-  "$bin" bench latency --batch-size 1,8 --input-len 128 --output-len 128 --isa "$isa" \
+  echo "== $isa ablation, default model, --spec mtp:1"
+  "$bin" bench latency --batch-size 1,8 --input-len 128 --output-len 128 "${isa_flag[@]}" \
     --spec mtp:1 --ablation --json "$out/bench_${isa}_ablation_default.json" \
     --report "$out/bench_${isa}_ablation_default.html"
 done
