@@ -484,8 +484,17 @@ MOESERVE_NO_AVXVNNI inline void VnniSteps(
       for (size_t i = 0; i < kM; ++i) acc[i][r] = _mm512_dpbusd_epi32(acc[i][r], wv, xv[i]);
     }
   }
+  // Lanes added with vector adds, which wrap: _mm512_reduce_add_epi32 adds as int, and a partial
+  // sum of (q + 128) * p may exceed int32 (UBSan: signed overflow) before the offset comes off.
   for (size_t i = 0; i < kM; ++i) {
-    for (size_t r = 0; r < kRows; ++r) sums[i][r] = _mm512_reduce_add_epi32(acc[i][r]);
+    for (size_t r = 0; r < kRows; ++r) {
+      const __m256i half = _mm256_add_epi32(_mm512_castsi512_si256(acc[i][r]),
+                                            _mm512_extracti64x4_epi64(acc[i][r], 1));
+      __m128i quad = _mm_add_epi32(_mm256_castsi256_si128(half), _mm256_extracti128_si256(half, 1));
+      quad = _mm_add_epi32(quad, _mm_unpackhi_epi64(quad, quad));
+      quad = _mm_add_epi32(quad, _mm_shuffle_epi32(quad, 1));
+      sums[i][r] = _mm_cvtsi128_si32(quad);
+    }
   }
 }
 #endif
