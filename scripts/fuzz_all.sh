@@ -13,6 +13,7 @@ targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=($(ls fuzz/corpus))
 fi
+scripts/install-deps.sh --fuzz
 cmake --preset fuzz > /dev/null
 cmake --build --preset fuzz --target "${targets[@]}"
 logs=build/fuzz/fuzz/logs

@@ -2,6 +2,7 @@
 # Installs what moeserve needs from Debian's archive (Debian 12, as root):
 #   install-deps.sh          to build and run it (scripts/run.sh)
 #   install-deps.sh --test   also what the tests use (scripts/test.sh)
+#   install-deps.sh --fuzz   also clang 14 for the libFuzzer build (scripts/fuzz_all.sh)
 # Idempotent: does nothing when everything is already installed.
 set -euo pipefail
 
@@ -16,16 +17,19 @@ packages=(
   curl                                    # scripts/run.sh: the example request
 )
 test_packages=(
-  clang-14 libclang-rt-14-dev             # libFuzzer targets (the fuzz preset)
   chromium                                # browser tests: the chat page, bench's report
   python3-torch python3-numpy             # tools/train (the default model), its smoke test
   python3-matplotlib libopenblas0-pthread #   loss plot; fast f32 BLAS for torch
   bible-kjv                               #   the training corpus (KJV; `bible` dumps it)
 )
+fuzz_packages=(
+  clang-14 libclang-rt-14-dev             # libFuzzer targets (the fuzz preset; not in CI)
+)
 case "${1:-}" in
   "") ;;
   --test) packages+=("${test_packages[@]}") ;;
-  *) echo "usage: $0 [--test]" >&2; exit 2 ;;
+  --fuzz) packages+=("${fuzz_packages[@]}") ;;
+  *) echo "usage: $0 [--test | --fuzz]" >&2; exit 2 ;;
 esac
 
 missing=()
