@@ -47,12 +47,16 @@ double NiceCeiling(double v) {
   return 10 * power;
 }
 
-// The plot area of one chart in SVG pixels, y from 0 to `top` (axis values).
+// The plot area of one chart in SVG pixels, y from `low` (0 unless a waterfall's running sum
+// goes below it) to `top` (axis values).
 struct Plot {
   static constexpr double kWidth = 640, kHeight = 300;
   static constexpr double kLeft = 64, kRight = 16, kTop = 16, kBottom = 56;
   double top = 1;
-  double Y(double v) const { return kTop + (kHeight - kTop - kBottom) * (1 - v / top); }
+  double low = 0;
+  double Y(double v) const {
+    return kTop + (kHeight - kTop - kBottom) * (top - v) / (top - low);
+  }
   double Bottom() const { return kHeight - kBottom; }
   double Width() const { return kWidth - kLeft - kRight; }
   // The centre of slot i of n along x.
@@ -63,7 +67,7 @@ struct Plot {
 std::string YAxis(const Plot& p, const std::string& title) {
   std::string svg;
   for (int i = 0; i <= 5; ++i) {
-    const double v = p.top * i / 5, y = p.Y(v);
+    const double v = p.low + (p.top - p.low) * i / 5, y = p.Y(v);
     svg += fmt::format(
         "<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/>"
         "<text class=\"tick\" x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:g}</text>\n",
@@ -113,11 +117,20 @@ std::string AblationChart(const ordered_json& r) {
     sum += delta;
   }
   bars.push_back({"all off", "sum: everything off, if the effects added up", "total", 0, sum, sum});
-  double high = 0;
-  for (const Bar& b : bars) high = std::max({high, b.from, b.to});
-  Plot p{.top = NiceCeiling(high * 1.05)};
+  // The axis spans every bar: when turning optimizations off made the run faster (a tiny model
+  // can), the running sum may end below zero, and the bars below it must stay on the chart.
+  double high = 0, low = 0;
+  for (const Bar& b : bars) {
+    high = std::max({high, b.from, b.to});
+    low = std::min({low, b.from, b.to});
+  }
+  Plot p{.top = NiceCeiling(high * 1.05), .low = low < 0 ? -NiceCeiling(-low * 1.05) : 0.0};
   std::string svg = OpenSvg("ablation", "TPOT with each optimization off in turn");
   svg += YAxis(p, "TPOT ms");
+  if (p.low < 0) {
+    svg += fmt::format("<line class=\"zero\" x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/>\n",
+                       Plot::kLeft, Plot::kWidth - Plot::kRight, p.Y(0), p.Y(0));
+  }
   const double band = p.Width() / bars.size();
   for (size_t i = 0; i < bars.size(); ++i) {
     const Bar& b = bars[i];
@@ -223,7 +236,7 @@ svg { display: block; background: #fafbfc; border: 1px solid #e3e6eb; }
 .grid { stroke: #e3e6eb; } .tick, .label, .value { font-size: 11px; fill: #5a6372; }
 .axis-title { font-size: 12px; fill: #1d2330; }
 .bar.baseline, .bar.total { fill: #5a6f99; } .bar.cost { fill: #d0653c; } .bar.gain { fill: #3c9d6e; }
-.step { stroke: #8a93a3; stroke-dasharray: 3 2; }
+.step { stroke: #8a93a3; stroke-dasharray: 3 2; } .zero { stroke: #5a6372; }
 .series { fill: none; stroke: #3767c8; stroke-width: 2; } .point { fill: #3767c8; }
 .reference { stroke: #c03a3a; stroke-width: 1.5; stroke-dasharray: 6 4; }
 .reference-label { font-size: 11px; fill: #c03a3a; }

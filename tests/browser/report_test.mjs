@@ -80,8 +80,16 @@ test('the ablation is a waterfall of the run\'s rows', async () => {
   });
   near(bars.at(-1).value, sum, 'the sum');
   const scale = bars[0].height / baseline;  // pixels per ms, from the first bar
+  // Every bar inside the chart, also when the running sum goes below zero (turning
+  // optimizations off made the tiny model faster: then the axis must reach below zero).
+  const svg = await page.$eval('svg[data-chart="ablation"]', (e) => {
+    const b = e.getBoundingClientRect();
+    return { top: b.top, bottom: b.bottom };
+  });
   for (const [i, bar] of bars.entries()) {
     assert.ok(bar.visible && bar.width > 0 && bar.height >= 1, `bar ${i} is drawn: ${JSON.stringify(bar)}`);
+    assert.ok(bar.y >= svg.top - 0.5 && bar.y + bar.height <= svg.bottom + 0.5,
+              `bar ${i} (${bar.label}) lies inside the chart: ${JSON.stringify(bar)}, ${JSON.stringify(svg)}`);
     // Each bar's height is its value on the chart's scale (a pixel at least).
     const want = Math.max(1, Math.abs(bar.value) * scale);
     assert.ok(Math.abs(bar.height - want) <= 1.5, `bar ${i} (${bar.label}) is ${bar.height} px high, its value makes ${want}`);
