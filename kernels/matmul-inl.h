@@ -673,9 +673,10 @@ inline void MatMulRangeQ8A8Impl(const Int8Rows& xq, size_t M, const int8_t* HWY_
 }
 
 // y[m, n] = sum_k x[m, k] * W[n, k] for m < M and n in [n_begin, n_end), on this target. w is
-// row-major [N, K] of w_dtype (kBF16, kF32, or packed kQ8 / kQ4 with their `scales`,
+// row-major [N, K] of w_dtype (kBF16, kF32, or packed kQ8 / kQ4 / kQ8A8 with their `scales`,
 // core/tensor.h); x row m at x + m * x_stride, y row m at y + m * y_stride. The caller has
-// validated the arguments (kernels/matmul.cc).
+// validated the arguments (kernels/matmul.cc). kQ8A8 quantizes x here, per call; MatMul and
+// MatMulGroup quantize once per call instead and call MatMulRangeQ8A8Impl.
 //
 // Inline (not static) so that the copy in each including translation unit is the same entity;
 // HWY_EXPORT takes its address, which forces an out-of-line definition per target.
