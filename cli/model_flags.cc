@@ -20,8 +20,8 @@ void ModelFlags::Register(FlagSet& flags) {
   flags.String("model", &model, "model folder (default: the embedded default model)");
   flags.String("weight-dtype", &weight_dtype,
                "bf16 | f32 | int8 (per output channel) | int4 (groups of 32) | w8a8 (int8 "
-               "weights and int8 activations, one scale per token) (default: as stored); the "
-               "packed formats are quantized at load");
+               "weights and int8 activations, one scale per token) | w4a8 (int4 weights, int8 "
+               "activations) (default: as stored); the packed formats are quantized at load");
   flags.Int("threads", &threads,
             "compute threads per rank (0: this machine's cores divided among its ranks)");
   flags.Int("tp", &tp, "tensor-parallel ranks: heads, expert widths and vocabulary split");
@@ -58,7 +58,7 @@ Status ModelFlags::Validate() const {
   if (!weight_dtype.empty()) {
     std::optional<DType> dtype = ParseDTypeName(weight_dtype);
     if (!dtype || (*dtype != DType::kBF16 && *dtype != DType::kF32 && !IsPackedDType(*dtype))) {
-      return InvalidArgument("--weight-dtype: '{}' is not bf16, f32, int8, int4 or w8a8", weight_dtype);
+      return InvalidArgument("--weight-dtype: '{}' is not bf16, f32, int8, int4, w8a8 or w4a8", weight_dtype);
     }
   }
   if (threads < 0) return InvalidArgument("--threads: must not be negative");

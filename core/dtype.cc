@@ -24,7 +24,7 @@ constexpr DTypeInfo kDTypes[] = {
     {DType::kF8E5M2, 1, "f8_e5m2", "F8_E5M2", false},
     // No safetensors spelling: moeserve's own formats are never read from or written to a file.
     {DType::kQ8, 1, "int8", "", true},            {DType::kQ4, 1, "int4", "", true},
-    {DType::kQ8A8, 1, "w8a8", "", true},
+    {DType::kQ8A8, 1, "w8a8", "", true},          {DType::kQ4A8, 1, "w4a8", "", true},
 };
 
 const DTypeInfo& Info(DType dtype) {

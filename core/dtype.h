@@ -38,16 +38,27 @@ enum class DType : uint8_t {
   // "w8a8": stored as kQ8; each matmul also quantizes its activations to int8, one scale per
   // row (token), and sums int8 products in int32 (kernels/quantize.h).
   kQ8A8,
+  // "w4a8": stored as kQ4; each matmul also quantizes its activations as w8a8 does and sums
+  // int8 products per group in int32, scaling each group's sum (kernels/quantize.h).
+  kQ4A8,
 };
 
 inline constexpr int64_t kQ4Group = 32;
 
-// True for the packed weight formats (kQ8, kQ8A8, kQ4): DTypeSize is not their bytes per element.
+// True for the packed weight formats (kQ8, kQ8A8, kQ4, kQ4A8): DTypeSize is not their bytes per
+// element.
 inline bool IsPackedDType(DType dtype) {
-  return dtype == DType::kQ8 || dtype == DType::kQ8A8 || dtype == DType::kQ4;
+  return dtype == DType::kQ8 || dtype == DType::kQ8A8 || dtype == DType::kQ4 ||
+         dtype == DType::kQ4A8;
 }
 // True for the formats stored as int8 rows with one scale per row (kQ8, kQ8A8).
 inline bool IsInt8RowsDType(DType dtype) { return dtype == DType::kQ8 || dtype == DType::kQ8A8; }
+// True for the formats stored as 4-bit groups with one scale per group (kQ4, kQ4A8).
+inline bool IsInt4RowsDType(DType dtype) { return dtype == DType::kQ4 || dtype == DType::kQ4A8; }
+// True for the formats whose matmuls quantize their activations to int8 (kQ8A8, kQ4A8).
+inline bool QuantizesActivations(DType dtype) {
+  return dtype == DType::kQ8A8 || dtype == DType::kQ4A8;
+}
 
 // Bytes per element (packed formats: 1, their container's; TensorBytes gives their storage).
 size_t DTypeSize(DType dtype);

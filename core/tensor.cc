@@ -136,8 +136,8 @@ size_t TensorBytes(DType dtype, std::span<const int64_t> shape) {
   if (!IsPackedDType(dtype)) return static_cast<size_t>(n) * DTypeSize(dtype);
   CHECK_EQ(shape.size(), size_t{2}) << DTypeName(dtype) << " holds [N, K] matrices only";
   const int64_t N = shape[0], K = shape[1];
-  CHECK(dtype != DType::kQ4 || K % kQ4Group == 0)
-      << "int4 needs K divisible by " << kQ4Group << ", got " << K;
+  CHECK(!IsInt4RowsDType(dtype) || K % kQ4Group == 0)
+      << DTypeName(dtype) << " needs K divisible by " << kQ4Group << ", got " << K;
   const int64_t scales = IsInt8RowsDType(dtype) ? N : N * (K / kQ4Group);
   return AlignUp(PackedRowBytes(dtype, N, K)) + static_cast<size_t>(scales) * sizeof(float);
 }

@@ -23,7 +23,8 @@ inline constexpr size_t kTensorAlignment = 64;  // a cache line; what Highway's 
 
 // Bytes a contiguous tensor of `shape` occupies. Packed weight formats (IsPackedDType) are
 // [N, K] matrices laid out as their rows (N * K int8, or N * K / 2 bytes of 4-bit pairs), padded
-// to kTensorAlignment, then their f32 scales (N, or N * K / kQ4Group); kQ4 needs K % kQ4Group == 0.
+// to kTensorAlignment, then their f32 scales (N, or N * K / kQ4Group); kQ4 / kQ4A8 need
+// K % kQ4Group == 0.
 size_t TensorBytes(DType dtype, std::span<const int64_t> shape);
 
 // Owned, 64-byte-aligned, zero-initialized bytes. From kMappedBytes on, pages mapped from the
@@ -105,7 +106,8 @@ class Tensor {
   std::array<int64_t, kMaxTensorRank> strides_{};
 };
 
-// The scales of a packed [N, K] matrix (kQ8, kQ8A8: [N]; kQ4: [N, K / kQ4Group]), after its rows.
+// The scales of a packed [N, K] matrix (kQ8, kQ8A8: [N]; kQ4, kQ4A8: [N, K / kQ4Group]), after
+// its rows.
 const float* PackedScales(const Tensor& W);
 inline float* MutablePackedScales(const Tensor& W) { return const_cast<float*>(PackedScales(W)); }
 

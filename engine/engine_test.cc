@@ -59,8 +59,9 @@ TEST(EngineTest, SingleRequestMatchesTheSingleSequenceForward) {
 }
 
 TEST(EngineTest, BatchedLogitsAreBitIdenticalToAlone) {
-  // As stored, and w8a8 (whose matmuls quantize each token's activations on their own).
-  for (std::optional<DType> weights : {std::optional<DType>(), std::optional(DType::kQ8A8)}) {
+  // As stored, and w8a8 / w4a8 (whose matmuls quantize each token's activations on their own).
+  for (std::optional<DType> weights :
+       {std::optional<DType>(), std::optional(DType::kQ8A8), std::optional(DType::kQ4A8)}) {
     SCOPED_TRACE(weights ? std::string(DTypeName(*weights)) : "as stored");
     auto lm = LoadModel(kHybridDir, weights);
     ASSERT_TRUE(lm);

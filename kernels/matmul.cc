@@ -27,7 +27,9 @@ namespace moeserve::kernels {
 
 HWY_EXPORT(MatMulRangeImpl);
 HWY_EXPORT(MatMulRangeQ8A8Impl);
+HWY_EXPORT(MatMulRangeQ4A8Impl);
 HWY_EXPORT(QuantizeActivationsImpl);
+HWY_EXPORT(QuantizeActivationsQ4A8Impl);
 
 namespace {
 
@@ -43,9 +45,11 @@ void CheckArguments(const float* x, int64_t x_stride, int64_t M, const Tensor& W
   CHECK_EQ(W.rank(), size_t{2}) << "MatMul: W must be [N, K], got " << W.ShapeString();
   CHECK(W.dtype() == DType::kBF16 || W.dtype() == DType::kF32 || IsPackedDType(W.dtype()))
       << "MatMul: W dtype " << DTypeName(W.dtype())
-      << " is unsupported (bf16, f32, int8, int4 or w8a8)";
+      << " is unsupported (bf16, f32, int8, int4, w8a8 or w4a8)";
   CHECK(W.dtype() != DType::kQ8A8 || W.dim(1) <= kMaxQ8A8K)
       << "MatMul: w8a8 needs K <= " << kMaxQ8A8K << ", got " << W.ShapeString();
+  CHECK(W.dtype() != DType::kQ4A8 || W.dim(1) % kQ4A8Block == 0)
+      << "MatMul: w4a8 needs K divisible by " << kQ4A8Block << ", got " << W.ShapeString();
   CHECK(W.contiguous()) << "MatMul: W " << W.ShapeString() << " must be contiguous";
   CHECK_GE(M, 0) << "MatMul: M";
   if (M == 0) return;
@@ -57,16 +61,17 @@ void CheckArguments(const float* x, int64_t x_stride, int64_t M, const Tensor& W
   CHECK(y != nullptr || N == 0) << "MatMul: null y";
 }
 
-// w8a8: activations quantized once per call (not once per thread's range), on the calling
-// thread, into its own scratch, which keeps the largest size it has needed (no allocation once
-// the largest batch has run). Rows are padded to a multiple of 64 bytes.
+// w8a8 / w4a8: activations quantized once per call (not once per thread's range), on the
+// calling thread, into its own scratch, which keeps the largest size it has needed (no
+// allocation once the largest batch has run). Rows are padded to a multiple of 64 bytes.
 struct ActivationScratch {
   std::vector<int8_t> q;
   std::vector<float> scales;
   std::vector<int32_t> sums;
   size_t rows = 0;  // in use
   size_t bytes = 0;
-  std::vector<Int8Rows> jobs;  // MatMulGroup: job j's quantized rows (w8a8 jobs only)
+  size_t sum_count = 0;
+  std::vector<Int8Rows> jobs;  // MatMulGroup: job j's quantized rows (w8a8 / w4a8 jobs only)
 };
 
 ActivationScratch& ThreadScratch() {
@@ -76,36 +81,65 @@ ActivationScratch& ThreadScratch() {
 
 size_t RowBytes(int64_t K) { return (static_cast<size_t>(K) + 63) / 64 * 64; }
 
-// Makes room for `rows` more rows of up to K values in `s` (call Reserve for every x first, then
-// Quantize: the vectors may move while growing).
-void Reserve(ActivationScratch& s, int64_t rows, int64_t K) {
-  s.rows += static_cast<size_t>(rows);
-  s.bytes += static_cast<size_t>(rows) * RowBytes(K);
-  if (s.q.size() < s.bytes) s.q.resize(s.bytes);
-  if (s.scales.size() < s.rows) {
-    s.scales.resize(s.rows);
-    s.sums.resize(s.rows);
-  }
+// The sums a quantized row carries: w8a8 one, w4a8 one per group.
+size_t SumsPerRow(DType dtype, int64_t K) {
+  return dtype == DType::kQ4A8 ? static_cast<size_t>(K / kQ4Group) : 1;
 }
 
-// Quantizes M rows of x into the scratch at row `row` and byte `byte`, advancing both.
-Int8Rows Quantize(const float* x, int64_t x_stride, int64_t M, int64_t K, ActivationScratch& s,
-                  size_t& row, size_t& byte) {
-  const Int8Rows out{s.q.data() + byte, RowBytes(K), s.scales.data() + row, s.sums.data() + row};
-  HWY_DYNAMIC_DISPATCH(QuantizeActivationsImpl)
-  (x, static_cast<size_t>(x_stride), static_cast<size_t>(M), static_cast<size_t>(K),
-   s.q.data() + byte, out.stride, s.scales.data() + row, s.sums.data() + row);
-  row += static_cast<size_t>(M);
-  byte += static_cast<size_t>(M) * out.stride;
+// Where the next rows go: scratch row (scales), byte (q) and sum.
+struct ScratchCursor {
+  size_t row = 0, byte = 0, sum = 0;
+};
+
+// Makes room for `rows` more rows of up to K values for W's dtype in `s` (call Reserve for every
+// x first, then Quantize: the vectors may move while growing).
+void Reserve(ActivationScratch& s, int64_t rows, int64_t K, DType dtype) {
+  s.rows += static_cast<size_t>(rows);
+  s.bytes += static_cast<size_t>(rows) * RowBytes(K);
+  s.sum_count += static_cast<size_t>(rows) * SumsPerRow(dtype, K);
+  if (s.q.size() < s.bytes) s.q.resize(s.bytes);
+  if (s.scales.size() < s.rows) s.scales.resize(s.rows);
+  if (s.sums.size() < s.sum_count) s.sums.resize(s.sum_count);
+}
+
+// Quantizes M rows of x for W's dtype into the scratch at `at`, advancing it.
+Int8Rows Quantize(const float* x, int64_t x_stride, int64_t M, const Tensor& W,
+                  ActivationScratch& s, ScratchCursor& at) {
+  const int64_t K = W.dim(1);
+  const Int8Rows out{s.q.data() + at.byte, RowBytes(K), s.scales.data() + at.row,
+                     s.sums.data() + at.sum, SumsPerRow(W.dtype(), K)};
+  int8_t* q = s.q.data() + at.byte;
+  float* scales = s.scales.data() + at.row;
+  int32_t* sums = s.sums.data() + at.sum;
+  if (W.dtype() == DType::kQ4A8) {
+    HWY_DYNAMIC_DISPATCH(QuantizeActivationsQ4A8Impl)
+    (x, static_cast<size_t>(x_stride), static_cast<size_t>(M), static_cast<size_t>(K), q,
+     out.stride, scales, sums, out.sums_stride);
+  } else {
+    HWY_DYNAMIC_DISPATCH(QuantizeActivationsImpl)
+    (x, static_cast<size_t>(x_stride), static_cast<size_t>(M), static_cast<size_t>(K), q,
+     out.stride, scales, sums);
+  }
+  at.row += static_cast<size_t>(M);
+  at.byte += static_cast<size_t>(M) * out.stride;
+  at.sum += static_cast<size_t>(M) * out.sums_stride;
   return out;
 }
 
-void DispatchQ8A8(const Int8Rows& xq, int64_t M, const Tensor& W, int64_t n_begin, int64_t n_end,
-                  float* y, int64_t y_stride) {
-  HWY_DYNAMIC_DISPATCH(MatMulRangeQ8A8Impl)
-  (xq, static_cast<size_t>(M), W.data_as<const int8_t>(), PackedScales(W),
-   static_cast<size_t>(W.dim(1)), static_cast<size_t>(n_begin), static_cast<size_t>(n_end), y,
-   static_cast<size_t>(y_stride));
+// y rows [n_begin, n_end) of a w8a8 / w4a8 matrix from activations Quantize made for it.
+void DispatchQuantized(const Int8Rows& xq, int64_t M, const Tensor& W, int64_t n_begin,
+                       int64_t n_end, float* y, int64_t y_stride) {
+  const size_t m = static_cast<size_t>(M), K = static_cast<size_t>(W.dim(1));
+  const size_t begin = static_cast<size_t>(n_begin), end = static_cast<size_t>(n_end);
+  if (W.dtype() == DType::kQ4A8) {
+    HWY_DYNAMIC_DISPATCH(MatMulRangeQ4A8Impl)
+    (xq, m, W.data_as<const uint8_t>(), PackedScales(W), K, begin, end, y,
+     static_cast<size_t>(y_stride));
+  } else {
+    HWY_DYNAMIC_DISPATCH(MatMulRangeQ8A8Impl)
+    (xq, m, W.data_as<const int8_t>(), PackedScales(W), K, begin, end, y,
+     static_cast<size_t>(y_stride));
+  }
 }
 
 void Dispatch(const float* x, int64_t x_stride, int64_t M, const Tensor& W, int64_t n_begin,
@@ -139,14 +173,14 @@ void MatMul(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float*
   auto tile_begin = [&](size_t t) {
     return std::min<int64_t>(N, static_cast<int64_t>(t * tiles / tasks) * kRowAlign);
   };
-  if (W.dtype() == DType::kQ8A8) {
+  if (QuantizesActivations(W.dtype())) {
     ActivationScratch& scratch = ThreadScratch();
-    scratch.rows = scratch.bytes = 0;
-    Reserve(scratch, M, W.dim(1));
-    size_t row = 0, byte = 0;
-    const Int8Rows xq = Quantize(x, x_stride, M, W.dim(1), scratch, row, byte);
+    scratch.rows = scratch.bytes = scratch.sum_count = 0;
+    Reserve(scratch, M, W.dim(1), W.dtype());
+    ScratchCursor at;
+    const Int8Rows xq = Quantize(x, x_stride, M, W, scratch, at);
     pool.ParallelFor(tasks, [&](size_t t, size_t) {
-      DispatchQ8A8(xq, M, W, tile_begin(t), tile_begin(t + 1), y, y_stride);
+      DispatchQuantized(xq, M, W, tile_begin(t), tile_begin(t + 1), y, y_stride);
     });
     return;
   }
@@ -162,32 +196,38 @@ void MatMulGroup(const MatMulJob* jobs, int64_t num_jobs, ThreadPool& pool) {
     const MatMulJob& job = jobs[j];
     CheckArguments(job.x, job.x_stride, job.M, *job.W, job.y, job.y_stride);
   }
-  // w8a8 jobs' activations, quantized before the parallel loop; a job whose x is the previous
-  // w8a8 job's (an expert's gate and up) shares its rows.
+  // w8a8 / w4a8 jobs' activations, quantized before the parallel loop; a job whose x and
+  // format are the previous such job's (an expert's gate and up) shares its rows.
   ActivationScratch& scratch = ThreadScratch();
-  scratch.rows = scratch.bytes = 0;
+  scratch.rows = scratch.bytes = scratch.sum_count = 0;
+  auto quantizes = [&](int64_t j) {
+    return QuantizesActivations(jobs[j].W->dtype()) && jobs[j].M > 0;
+  };
   auto same_x = [&](int64_t j, int64_t i) {
     return jobs[i].x == jobs[j].x && jobs[i].x_stride == jobs[j].x_stride &&
-           jobs[i].M == jobs[j].M && jobs[i].W->dim(1) == jobs[j].W->dim(1);
+           jobs[i].M == jobs[j].M && jobs[i].W->dim(1) == jobs[j].W->dim(1) &&
+           jobs[i].W->dtype() == jobs[j].W->dtype();
   };
-  int64_t previous = -1;  // the last w8a8 job with rows
+  int64_t previous = -1;  // the last job with quantized rows
   for (int64_t j = 0; j < num_jobs; ++j) {
-    if (jobs[j].W->dtype() != DType::kQ8A8 || jobs[j].M == 0) continue;
-    if (previous < 0 || !same_x(j, previous)) Reserve(scratch, jobs[j].M, jobs[j].W->dim(1));
+    if (!quantizes(j)) continue;
+    if (previous < 0 || !same_x(j, previous)) {
+      Reserve(scratch, jobs[j].M, jobs[j].W->dim(1), jobs[j].W->dtype());
+    }
     previous = j;
   }
-  // Only w8a8 jobs' entries are used; sized on first use of a larger group, then kept. (Through
+  // Only those jobs' entries are used; sized on first use of a larger group, then kept. (Through
   // the reference: the tasks run on the pool's threads, whose own scratch this is not.)
   std::vector<Int8Rows>& quantized = scratch.jobs;
   if (quantized.size() < static_cast<size_t>(num_jobs)) quantized.resize(num_jobs);
-  size_t row = 0, byte = 0;
+  ScratchCursor at;
   previous = -1;
   for (int64_t j = 0; j < num_jobs; ++j) {
+    if (!quantizes(j)) continue;
     const MatMulJob& job = jobs[j];
-    if (job.W->dtype() != DType::kQ8A8 || job.M == 0) continue;
     quantized[j] = previous >= 0 && same_x(j, previous)
                        ? quantized[previous]
-                       : Quantize(job.x, job.x_stride, job.M, job.W->dim(1), scratch, row, byte);
+                       : Quantize(job.x, job.x_stride, job.M, *job.W, scratch, at);
     previous = j;
   }
   pool.ParallelFor(static_cast<size_t>(num_jobs) * parts, [&](size_t task, size_t) {
@@ -201,8 +241,8 @@ void MatMulGroup(const MatMulJob* jobs, int64_t num_jobs, ThreadPool& pool) {
     auto tile_begin = [&](size_t i) {
       return std::min<int64_t>(N, static_cast<int64_t>(i * tiles / tasks) * kRowAlign);
     };
-    if (job.W->dtype() == DType::kQ8A8) {
-      DispatchQ8A8(quantized[task / parts], job.M, *job.W, tile_begin(t), tile_begin(t + 1),
+    if (QuantizesActivations(job.W->dtype())) {
+      DispatchQuantized(quantized[task / parts], job.M, *job.W, tile_begin(t), tile_begin(t + 1),
                    job.y, job.y_stride);
       return;
     }

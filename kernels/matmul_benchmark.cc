@@ -98,9 +98,10 @@ const WeightCopies& GetWeights(DType dtype, int64_t N, int64_t K) {
 }
 
 // The weight formats by the benchmark's `dtype` argument.
-constexpr DType kDTypes[] = {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4, DType::kQ8A8};
+constexpr DType kDTypes[] = {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4, DType::kQ8A8,
+                             DType::kQ4A8};
 
-// Args: N, K, M, dtype (0 bf16, 1 f32, 2 int8, 3 int4, 4 w8a8: kDTypes), threads.
+// Args: N, K, M, dtype (0 bf16, 1 f32, 2 int8, 3 int4, 4 w8a8, 5 w4a8: kDTypes), threads.
 void BM_MatMul(benchmark::State& state) {
   const int64_t N = state.range(0);
   const int64_t K = state.range(1);

@@ -164,6 +164,41 @@ std::string Describe(DType dtype, int64_t M, int64_t N, int64_t K) {
          " K=" + std::to_string(K);
 }
 
+// M rows of K activations of the kinds quantization must get right: row m is kind m % 6:
+// 0 random with an outlier, 1 zeros, 2 tiny (quantized to 0), 3 an Inf, 4 a NaN, 5 halves
+// (values whose x * 127 / max|x| is exactly k + 0.5: rounded half to even).
+constexpr int64_t kQuantizationRowKinds = 6;
+std::vector<float> QuantizationRows(int64_t M, int64_t K, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(M * K));
+  for (int64_t m = 0; m < M; ++m) {
+    float* row = x.data() + m * K;
+    for (int64_t k = 0; k < K; ++k) row[k] = normal(rng);
+    switch (m % kQuantizationRowKinds) {
+      case 0: row[K / 2] = 40.0f; break;
+      case 1: std::fill(row, row + K, 0.0f); break;
+      case 2: for (int64_t k = 0; k < K; ++k) row[k] *= 1e-32f; break;
+      case 3: row[K - 1] = std::numeric_limits<float>::infinity(); break;
+      case 4: row[0] = kNaN; break;
+      case 5:
+        for (int64_t k = 0; k < K; ++k) row[k] = static_cast<float>(k % 254 - 127) + 0.5f;
+        row[0] = 127.0f;  // max|x| = 127: x * 127 / 127 = x
+        break;
+    }
+  }
+  return x;
+}
+
+// The outputs of quantization rows (above) that are not random: NaN for Inf and NaN rows,
+// exactly 0 for zero and tiny rows.
+void ExpectSpecialRows(const std::vector<float>& y, int64_t N, const std::string& where) {
+  for (int64_t n = 0; n < N; ++n) {
+    EXPECT_TRUE(std::isnan(y[3 * N + n]) && std::isnan(y[4 * N + n])) << where << ": Inf, NaN rows";
+    EXPECT_EQ(y[1 * N + n], 0.0f) << where << ": zero row";
+    EXPECT_EQ(y[2 * N + n], 0.0f) << where << ": tiny row";
+  }
+}
+
 }  // namespace moeserve::kernels::matmul_test
 
 #endif  // MOESERVE_KERNELS_MATMUL_TEST_HELPERS_
@@ -186,6 +221,9 @@ using matmul_test::MakeX;
 using matmul_test::MakeY;
 using matmul_test::RowsIdentical;
 using matmul_test::Weights;
+using matmul_test::kQuantizationRowKinds;
+using matmul_test::QuantizationRows;
+using matmul_test::ExpectSpecialRows;
 
 // Helpers in their own namespace: other kernels' tests define per-target functions too.
 namespace matmul_test_target {
@@ -211,11 +249,11 @@ using matmul_test_target::Where;
 HWY_NOINLINE void TestMatMulMatchesReference() {
   uint32_t seed = 1;
   int cases = 0;
-  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4, DType::kQ8A8}) {
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4, DType::kQ8A8, DType::kQ4A8}) {
     // M = 1..3, 4, 5 and more take the four tile shapes of the AVX-512 path (matmul-inl.h).
     for (int64_t M : {1, 2, 3, 4, 5, 16, 37}) {
       for (int64_t N : {1, 3, 4, 7, 64, 129}) {
-        for (int64_t K : {1, 7, 8, 15, 16, 31, 32, 64, 100, 257, 2048}) {
+        for (int64_t K : {1, 7, 8, 15, 16, 31, 32, 64, 100, 128, 257, 640, 2048}) {
           if (!CanPack(dtype, K) && IsPackedDType(dtype)) continue;
           ++seed;
           // Every other case has padded rows: x and y strides wider than K and N.
@@ -233,8 +271,8 @@ HWY_NOINLINE void TestMatMulMatchesReference() {
       }
     }
   }
-  // int4: only K = 32, 64, 2048 (multiples of its group).
-  EXPECT_EQ(cases, (4 * 11 + 3) * 7 * 6);
+  // int4: only K = 32, 64, 128, 640, 2048 (multiples of its group); w4a8: 128, 640, 2048.
+  EXPECT_EQ(cases, (4 * 13 + 5 + 3) * 7 * 6);
 }
 
 HWY_NOINLINE void TestMatMulBatchInvariance() {
@@ -243,8 +281,8 @@ HWY_NOINLINE void TestMatMulBatchInvariance() {
   constexpr int64_t kM = 37;
   constexpr int64_t kN = 37;
   uint32_t seed = 500;
-  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4, DType::kQ8A8}) {
-    for (int64_t K : {1, 7, 8, 15, 16, 17, 31, 64, 100, 257, 2048}) {
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4, DType::kQ8A8, DType::kQ4A8}) {
+    for (int64_t K : {1, 7, 8, 15, 16, 17, 31, 64, 100, 128, 257, 2048}) {
       if (IsPackedDType(dtype) && !CanPack(dtype, K)) continue;
       ++seed;
       const std::string where = Where(dtype, kM, kN, K);
@@ -288,7 +326,7 @@ HWY_NOINLINE void TestMatMulStaysInBounds() {
   // build. NaN-padded buffers: an over-read turns the result into NaN in every build. Every
   // partial-vector length is covered for every target (K up to 3 vectors of 16 lanes).
   uint32_t seed = 900;
-  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4, DType::kQ8A8}) {
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4, DType::kQ8A8, DType::kQ4A8}) {
     for (int64_t K = 0; K <= 70; ++K) {
       if (!IsPackedDType(dtype) && K > 50) break;
       if (IsPackedDType(dtype) && !CanPack(dtype, K)) continue;
@@ -314,28 +352,9 @@ HWY_NOINLINE void TestMatMulStaysInBounds() {
 // the activation quantization (ties rounded to even, rows of zeros, tiny rows, Inf and NaN).
 HWY_NOINLINE void TestW8A8ExactlyMatchesReference() {
   std::mt19937 rng(31);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int64_t K : {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 200, 2048}) {
-    // Row kinds: 0 random with an outlier, 1 zeros, 2 tiny (quantized to 0), 3 an Inf, 4 a NaN,
-    // 5 halves: values whose x * 127 / max|x| is exactly k + 0.5 (round half to even).
-    constexpr int64_t kKinds = 6;
-    const int64_t M = kKinds + 3;
-    std::vector<float> x(static_cast<size_t>(M * K));
-    for (int64_t m = 0; m < M; ++m) {
-      float* row = x.data() + m * K;
-      for (int64_t k = 0; k < K; ++k) row[k] = normal(rng);
-      switch (m % kKinds) {
-        case 0: row[K / 2] = 40.0f; break;
-        case 1: std::fill(row, row + K, 0.0f); break;
-        case 2: for (int64_t k = 0; k < K; ++k) row[k] *= 1e-32f; break;
-        case 3: row[K - 1] = std::numeric_limits<float>::infinity(); break;
-        case 4: row[0] = matmul_test::kNaN; break;
-        case 5:
-          for (int64_t k = 0; k < K; ++k) row[k] = static_cast<float>(k % 254 - 127) + 0.5f;
-          row[0] = 127.0f;  // max|x| = 127: x * 127 / 127 = x
-          break;
-      }
-    }
+    const int64_t M = kQuantizationRowKinds + 3;
+    const std::vector<float> x = QuantizationRows(M, K, rng);
     // Activation quantization alone.
     for (int64_t m = 0; m < M; ++m) {
       std::vector<int8_t> got(static_cast<size_t>(K)), want(static_cast<size_t>(K));
@@ -357,11 +376,7 @@ HWY_NOINLINE void TestW8A8ExactlyMatchesReference() {
       ref::MatMul(x.data(), K, M, W, want.data(), N);
       EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
           << Where(DType::kQ8A8, M, N, K);
-      for (int64_t n = 0; n < N; ++n) {
-        EXPECT_TRUE(std::isnan(got[3 * N + n]) && std::isnan(got[4 * N + n])) << "Inf, NaN rows";
-        EXPECT_EQ(got[1 * N + n], 0.0f) << "zero row";
-        EXPECT_EQ(got[2 * N + n], 0.0f) << "tiny row";
-      }
+      ExpectSpecialRows(got, N, Where(DType::kQ8A8, M, N, K));
     }
   }
   // The largest sum: every product 127 * 127 (or -127 * 127) over K = kMaxQ8A8K.
@@ -404,6 +419,66 @@ HWY_NOINLINE void TestMatMulRangeWritesOnlyItsOutputs() {
   }
 }
 
+// w4a8 adds its groups' exact integer sums in one fixed order, so every target must equal the
+// reference bit for bit: every tile shape, partial superblocks (K % 512), the special rows,
+// the largest group sums, and the in-place layout of the activations.
+HWY_NOINLINE void TestW4A8ExactlyMatchesReference() {
+  std::mt19937 rng(41);
+  for (int64_t K : {128, 256, 384, 512, 640, 896, 1024, 2048 + 384}) {
+    const int64_t M = kQuantizationRowKinds + 5;
+    const std::vector<float> x = QuantizationRows(M, K, rng);
+    for (int64_t N : {1, 2, 5, 9, 33}) {
+      Weights w(DType::kQ4A8, N, K, static_cast<uint32_t>(K * 100 + N));
+      const Tensor W = w.view();
+      std::vector<float> want(static_cast<size_t>(M * N));
+      ref::MatMul(x.data(), K, M, W, want.data(), N);
+      // Every batch size from 1 to M: each tile shape and its partial tiles.
+      for (int64_t rows = 1; rows <= M; ++rows) {
+        std::vector<float> got(static_cast<size_t>(rows * N));
+        Run(x.data(), K, rows, W, 0, N, got.data(), N);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+            << Where(DType::kQ4A8, rows, N, K);
+      }
+      ExpectSpecialRows(want, N, Where(DType::kQ4A8, M, N, K));
+    }
+  }
+  // The largest group sums: nibbles 0 and 15 (weights -8 and 7 times the scale; int4 quantizes
+  // to -7 .. 7, the kernel takes any nibble) against p = +-127, every group of a 2048 row.
+  const int64_t K = 2048, N = 4;
+  OwnedTensor W(DType::kQ4A8, {N, K});
+  std::vector<float> ones(static_cast<size_t>(K), 1.0f);
+  for (int64_t n = 0; n < N; ++n) QuantizeRow(ones.data(), W.view(), n);
+  uint8_t* bytes = W.view().data_as<uint8_t>();
+  std::fill(bytes, bytes + K / 2, uint8_t{0x00});             // row 0: all -8
+  std::fill(bytes + K / 2, bytes + K, uint8_t{0xff});         // row 1: all 7
+  std::fill(bytes + K, bytes + 3 * K / 2, uint8_t{0x0f});     // row 2: 7 then -8
+  for (float sign : {1.0f, -1.0f}) {
+    std::vector<float> row(static_cast<size_t>(K), sign);
+    float y[N] = {}, want[N] = {};
+    Run(row.data(), K, 1, W.view(), 0, N, y, N);
+    ref::MatMul(row.data(), K, 1, W.view(), want, N);
+    EXPECT_EQ(std::memcmp(y, want, sizeof(y)), 0) << hwy::TargetName(HWY_TARGET);
+    // s = 1 / 7 per group, p = +-127 with a = 1 / 127: y = sum (nibble - 8) / 7.
+    EXPECT_NEAR(y[0], sign * -8.0f / 7.0f * K, 1e-2f * K) << hwy::TargetName(HWY_TARGET);
+    EXPECT_NEAR(y[1], sign * K, 1e-2f * K) << hwy::TargetName(HWY_TARGET);
+  }
+  // ToQ4A8Layout: the first halves of a block's groups, then the second halves.
+  std::vector<int8_t> p(256);
+  for (size_t k = 0; k < p.size(); ++k) p[k] = static_cast<int8_t>(k % 128 - 64);
+  const std::vector<int8_t> natural = p;
+  int32_t sums[8];
+  ToQ4A8Layout(p.data(), 256, sums);
+  for (int64_t g = 0; g < 8; ++g) {
+    int32_t sum = 0;
+    for (int64_t j = 0; j < 32; ++j) {
+      const int64_t at = g / 4 * 128 + (j < 16 ? 0 : 64) + g % 4 * 16 + j % 16;
+      EXPECT_EQ(p[at], natural[g * 32 + j]) << "g=" << g << " j=" << j;
+      sum += natural[g * 32 + j];
+    }
+    EXPECT_EQ(sums[g], sum) << "g=" << g;
+  }
+}
+
 }  // namespace moeserve::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -417,6 +492,7 @@ HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestMatMulBatchInvariance);
 HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestMatMulStaysInBounds);
 HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestMatMulRangeWritesOnlyItsOutputs);
 HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestW8A8ExactlyMatchesReference);
+HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestW4A8ExactlyMatchesReference);
 
 namespace {
 
@@ -432,9 +508,10 @@ TEST(MatMulTest, BitIdenticalAcrossThreadCountsAndBatches) {
   // offset of an output in the batch never change its bits.
   constexpr int64_t kM = 37;
   uint32_t seed = 3000;
-  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8A8}) {
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8A8, DType::kQ4A8}) {
     for (int64_t N : {1, 5, 64, 133}) {
-      for (int64_t K : {1, 7, 257, 2048}) {
+      for (int64_t K : {1, 7, 257, 384, 2048}) {
+        if (IsPackedDType(dtype) && !CanPack(dtype, K)) continue;
         ++seed;
         const std::string where = Describe(dtype, kM, N, K);
         Weights w(dtype, N, K, seed);
@@ -491,7 +568,7 @@ TEST(MatMulTest, ModelShapesMatchReference) {
   // A Qwen3-Next expert (down: [2048, 512]; gate/up: [512, 2048]) at decode and prefill sizes.
   ThreadPool pool(2);
   uint32_t seed = 5000;
-  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4, DType::kQ8A8}) {
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4, DType::kQ8A8, DType::kQ4A8}) {
     for (auto [N, K] : {std::pair<int64_t, int64_t>{512, 2048}, {2048, 512}}) {
       for (int64_t M : {1, 4, 19}) {
         ++seed;

@@ -37,6 +37,7 @@ bool CanPack(DType dtype, int64_t K) {
     case DType::kQ8: return true;
     case DType::kQ8A8: return K <= kMaxQ8A8K;
     case DType::kQ4: return K % kQ4Group == 0;
+    case DType::kQ4A8: return K % kQ4A8Block == 0;
     default: return false;
   }
 }
@@ -64,6 +65,24 @@ void QuantizeRow(const float* row, const Tensor& W, int64_t n) {
       b[j] = static_cast<uint8_t>(lo | (hi << 4));
     }
     scales[n * (K / kQ4Group) + g] = s;
+  }
+}
+
+void ToQ4A8Layout(int8_t* p, int64_t K, int32_t* group_sums) {
+  CHECK(K % kQ4A8Block == 0) << "w4a8 needs K divisible by " << kQ4A8Block << ", got " << K;
+  constexpr int64_t kHalf = kQ4Group / 2, kGroups = kQ4A8Block / kQ4Group;
+  for (int64_t block = 0; block < K; block += kQ4A8Block) {
+    int8_t natural[kQ4A8Block];
+    std::copy(p + block, p + block + kQ4A8Block, natural);
+    for (int64_t t = 0; t < kGroups; ++t) {
+      int32_t sum = 0;
+      for (int64_t j = 0; j < kHalf; ++j) {
+        p[block + kHalf * t + j] = natural[kQ4Group * t + j];
+        p[block + kQ4A8Block / 2 + kHalf * t + j] = natural[kQ4Group * t + kHalf + j];
+        sum += natural[kQ4Group * t + j] + natural[kQ4Group * t + kHalf + j];
+      }
+      group_sums[(block + kQ4Group * t) / kQ4Group] = sum;
+    }
   }
 }
 

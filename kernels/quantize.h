@@ -1,5 +1,5 @@
-// moeserve's packed weight formats (--weight-dtype int8 | int4 | w8a8), converted at load from bf16 /
-// f32 checkpoints: the quantization of one row and its exact inverse (what the matmul kernel
+// moeserve's packed weight formats (--weight-dtype int8 | int4 | w8a8 | w4a8), converted at load
+// from bf16 / f32 checkpoints: the quantization of one row and its exact inverse (what the matmul kernel
 // computes with). Layout: core/tensor.h (TensorBytes, PackedScales).
 //
 //   int8 (DType::kQ8): per row (output channel) scale s = max|w| / 127, q = round(w / s) in
@@ -17,6 +17,15 @@
 //     Then y[m, n] = float(sum_k p[m, k] q[n, k]) * a[m] * s[n], the sum exact in int32 (hence
 //     K <= kMaxQ8A8K): the same bits on every SIMD target, in any batch and on any thread.
 //     kernels/ref/matmul_ref.h: QuantizeActivationRow defines p and a.
+//   w4a8 (DType::kQ4A8): weights as int4, activations quantized as for w8a8. Per group g of
+//     kQ4Group weights the sum i_g = sum_k p[m, k] (nibble[n, k] - 8) is exact in int32, and
+//     every group adds float(i_g) * s[n, g] to one of kQ4A8Lanes = 16 f32 accumulators in a
+//     fixed order that every SIMD target follows, so the bits are the same on every target, in
+//     any batch and on any thread: acc[g % 16] = fma(float(i_g), s[n, g], acc[g % 16]) for the
+//     groups in order (the last run of 16 completed with fma(0, 0, acc)), then the 16 added as
+//     a tree (lane i += lane i + 8, then + 4, + 2, + 1) and y[m, n] = acc[0] * a[m]. K must be
+//     a multiple of kQ4A8Block (the kernels' unit of 4 groups). kernels/ref/matmul_ref.cc
+//     spells it out.
 #pragma once
 
 #include <cstddef>
@@ -32,22 +41,35 @@ inline constexpr int64_t kMaxQ8A8K = 131072;
 // Activation rows whose largest magnitude is below this quantize to zero (127 / max|x| would
 // overflow f32 near 3.7e-37).
 inline constexpr float kMinQ8A8Scale = 1e-30f;
+// w4a8's K is a multiple of this: a 64-byte vector of nibbles, 4 groups.
+inline constexpr int64_t kQ4A8Block = 4 * kQ4Group;
+// w4a8's accumulators per output (groups g and g + 16 share one).
+inline constexpr int64_t kQ4A8Lanes = 16;
 
-// Activations quantized for w8a8: M rows, row m's K values p at q + m * stride, its scale a at
-// scales[m] and sum_k p at sums[m] (which the AVX-512 VNNI kernel needs, kernels/matmul-inl.h).
+// Activations quantized for w8a8 / w4a8: M rows, row m's K values p at q + m * stride, its
+// scale a at scales[m], and sums the kernels need at sums + m * sums_stride: w8a8 sum_k p (one
+// per row, for the AVX-512 VNNI kernel), w4a8 the sum of each group's p (K / kQ4Group per row).
+// w4a8 rows hold p reordered per block of kQ4A8Block (kernels/matmul-inl.h: Q4A8 layout).
 struct Int8Rows {
   const int8_t* q;
   size_t stride;
   const float* scales;
   const int32_t* sums;
+  size_t sums_stride;
 };
 
-// Whether a [N, K] matrix can be stored as `dtype` (int4 needs K % kQ4Group == 0).
+// Whether a [N, K] matrix can be stored as `dtype` (int4 needs K % kQ4Group == 0, w4a8
+// K % kQ4A8Block == 0).
 bool CanPack(DType dtype, int64_t K);
 
-// Writes row n of the packed matrix W ([N, K], kQ8 or kQ4) from K f32 values (its scale(s)
+// Writes row n of the packed matrix W ([N, K], any packed dtype) from K f32 values (its scale(s)
 // too). Rows may be written in any order, by different threads.
 void QuantizeRow(const float* row, const Tensor& W, int64_t n);
+
+// Reorders a quantized activation row p[0, K) (K a multiple of kQ4A8Block) in place into the
+// w4a8 kernels' layout: per block of kQ4A8Block values, the first 16 of each of its 4 groups,
+// then the last 16 of each. Writes each group's sum of p to group_sums[0, K / kQ4Group).
+void ToQ4A8Layout(int8_t* p, int64_t K, int32_t* group_sums);
 
 // Row n of W as the f32 weights the kernels multiply with (q * s, exactly).
 void DequantizeRow(const Tensor& W, int64_t n, float* row);

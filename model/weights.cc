@@ -143,9 +143,10 @@ DType MatrixDType(DType requested, DType base, TensorRole role, int64_t cols) {
     case TensorRole::kEmbedding:  // rows looked up, not multiplied
     case TensorRole::kRouter:     // small, and its argmax picks the experts
       return base;
-    case TensorRole::kLmHead:  // int8 under int4 too (llama.cpp keeps the output layer wider)
-      return requested == DType::kQ8A8 && kernels::CanPack(requested, cols) ? DType::kQ8A8
-                                                                           : DType::kQ8;
+    case TensorRole::kLmHead:  // 8 bits under 4 too (llama.cpp keeps the output layer wider)
+      return QuantizesActivations(requested) && kernels::CanPack(DType::kQ8A8, cols)
+                 ? DType::kQ8A8
+                 : DType::kQ8;
     default:
       return kernels::CanPack(requested, cols) ? requested : base;
   }
@@ -155,7 +156,8 @@ double BytesPerWeight(DType dtype, int64_t cols) {
   switch (dtype) {
     case DType::kQ8:
     case DType::kQ8A8: return 1.0 + static_cast<double>(sizeof(float)) / static_cast<double>(cols);
-    case DType::kQ4: return 0.5 + static_cast<double>(sizeof(float)) / kQ4Group;
+    case DType::kQ4:
+    case DType::kQ4A8: return 0.5 + static_cast<double>(sizeof(float)) / kQ4Group;
     default: return static_cast<double>(DTypeSize(dtype));
   }
 }

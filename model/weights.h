@@ -91,7 +91,8 @@ struct ModelWeights {
 // The dtype a matrix of `role` with `cols` columns is stored in for --weight-dtype `requested`
 // (checkpoint precision `base`, bf16 or f32): `requested` for bf16 / f32; for the packed formats
 // int8 / int4 every projection and expert, except the embedding and routers (kept in `base`)
-// and lm_head (int8 under int4 too); int4 falls back to `base` where cols % kQ4Group != 0.
+// and lm_head (int8 under int4, w8a8 under w4a8); int4 falls back to `base` where
+// cols % kQ4Group != 0, w4a8 where cols % kQ4A8Block != 0.
 DType MatrixDType(DType requested, DType base, TensorRole role, int64_t cols);
 // Bytes a weight of a [*, cols] matrix of `dtype` takes, scales included (int8: 1 + 4 / cols,
 // int4: 0.5 + 4 / 32).

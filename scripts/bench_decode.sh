@@ -6,7 +6,7 @@
 #   scripts/bench_decode.sh [MODEL_DIR] [BATCH_SIZES]
 # MODEL_DIR defaults to the bench preset in /tmp/bench (made if missing), BATCH_SIZES to 1,4,8.
 # ISAS="native avx2" (native: the best target this CPU runs, e.g. avx3_dl) and
-# DTYPES="bf16 int8 int4 w8a8" choose the rows; OUT (default /tmp) gets the JSON
+# DTYPES="bf16 int8 int4 w8a8 w4a8" choose the rows; OUT (default /tmp) gets the JSON
 # and, for the ablations, bench latency's HTML reports; ABLATION=0 skips the ablations.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ out=${OUT:-/tmp}
 for isa in ${ISAS:-native avx2}; do
   isa_flag=()
   [ "$isa" = native ] || isa_flag=(--isa "$isa")
-  for dtype in ${DTYPES:-bf16 int8 int4 w8a8}; do
+  for dtype in ${DTYPES:-bf16 int8 int4 w8a8 w4a8}; do
     echo "== $isa --weight-dtype $dtype"
     "$bin" bench latency --model "$model" --batch-size "$batches" --input-len 128 --output-len 64 \
       "${isa_flag[@]}" --weight-dtype "$dtype" --json "$out/bench_${isa}_${dtype}.json"

@@ -214,7 +214,7 @@ TEST(LimitsTest, BadBoundsAreUsageErrors) {
   for (const auto& [args, wanted] : std::vector<std::pair<std::string, std::string>>{
            {"generate --prompt hi --isa neon", "--isa: 'neon' is not a SIMD target of this build"},
            {"generate --prompt hi --weight-dtype int3",
-            "--weight-dtype: 'int3' is not bf16, f32, int8, int4 or w8a8"},
+            "--weight-dtype: 'int3' is not bf16, f32, int8, int4, w8a8 or w4a8"},
            {"generate --prompt hi --weight-dtype i8", "--weight-dtype: 'i8' is not"},
            {"generate --prompt hi --isa avx2x", "--isa: 'avx2x'"},
            {"generate --prompt hi --trace /nonexistent-dir/t.json", "--trace: cannot write"},

@@ -34,12 +34,53 @@ int32_t QuantizeActivationRow(const float* x, int64_t K, int8_t* p, float* scale
   return sum;
 }
 
+namespace {
+
+// w4a8 as kernels/quantize.h defines it: per group an exact integer sum, added into 16
+// accumulators in group order, then a tree.
+void MatMulQ4A8(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float* y,
+                int64_t y_stride) {
+  const int64_t N = W.dim(0), K = W.dim(1), groups = K / kQ4Group;
+  CHECK_EQ(K % kQ4A8Block, 0);
+  std::vector<int8_t> p(static_cast<size_t>(K));
+  const uint8_t* bytes = W.data_as<const uint8_t>();
+  const float* w_scales = PackedScales(W);
+  for (int64_t m = 0; m < M; ++m) {
+    float x_scale = 0.0f;
+    QuantizeActivationRow(x + m * x_stride, K, p.data(), &x_scale);
+    for (int64_t n = 0; n < N; ++n) {
+      float acc[kQ4A8Lanes] = {};
+      const int64_t padded = (groups + kQ4A8Lanes - 1) / kQ4A8Lanes * kQ4A8Lanes;
+      for (int64_t g = 0; g < padded; ++g) {
+        int64_t sum = 0;
+        float scale = 0.0f;
+        if (g < groups) {
+          scale = w_scales[n * groups + g];
+          // Group g's 16 bytes: byte j holds weight j (low nibble) and j + 16 (high).
+          const uint8_t* group = bytes + (n * K + g * kQ4Group) / 2;
+          for (int64_t j = 0; j < kQ4Group; ++j) {
+            const int nibble = j < kQ4Group / 2 ? group[j] & 15 : group[j - kQ4Group / 2] >> 4;
+            sum += int64_t{p[g * kQ4Group + j]} * (nibble - 8);
+          }
+        }
+        acc[g % kQ4A8Lanes] = std::fma(static_cast<float>(sum), scale, acc[g % kQ4A8Lanes]);
+      }
+      for (int64_t width = kQ4A8Lanes / 2; width >= 1; width /= 2) {
+        for (int64_t l = 0; l < width; ++l) acc[l] += acc[l + width];
+      }
+      y[m * y_stride + n] = acc[0] * x_scale;
+    }
+  }
+}
+
+}  // namespace
+
 void MatMul(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float* y,
             int64_t y_stride) {
   CHECK_EQ(W.rank(), size_t{2}) << "ref::MatMul: W must be [N, K], got " << W.ShapeString();
   CHECK(W.dtype() == DType::kBF16 || W.dtype() == DType::kF32 || IsPackedDType(W.dtype()))
       << "ref::MatMul: W dtype " << DTypeName(W.dtype())
-      << " is unsupported (bf16, f32, int8 or int4)";
+      << " is unsupported (bf16, f32, int8, int4, w8a8 or w4a8)";
   CHECK(W.contiguous()) << "ref::MatMul: W " << W.ShapeString() << " must be contiguous";
   CHECK_GE(M, 0);
   const int64_t N = W.dim(0);
@@ -60,6 +101,10 @@ void MatMul(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float*
         y[m * y_stride + n] = static_cast<float>(sum) * x_scale * w_scales[n];
       }
     }
+    return;
+  }
+  if (W.dtype() == DType::kQ4A8) {
+    MatMulQ4A8(x, x_stride, M, W, y, y_stride);
     return;
   }
   const bool bf16 = W.dtype() == DType::kBF16;

@@ -8,7 +8,8 @@
 namespace moeserve::kernels::ref {
 
 // w8a8 (DType::kQ8A8) rows are computed as kernels/quantize.h defines them: x quantized per row
-// (QuantizeActivationRow), the products summed exactly, then scaled.
+// (QuantizeActivationRow), the products summed exactly, then scaled; w4a8 (DType::kQ4A8) the
+// same per group, the groups' scaled sums added in kernels/quantize.h's order.
 void MatMul(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float* y,
             int64_t y_stride);
 
