@@ -173,7 +173,8 @@ TEST(QuantizedAccuracyTest, PackedFormatsAgainstBf16) {
     DType dtype;
     double tiny_mean_error;  // measured: int8 0.041, int4 0.404, w8a8 0.075, w4a8 0.396
     double agreement, agreement_sanitized;    // measured: 0.995, 0.952, 0.987, 0.957
-    double perplexity, perplexity_sanitized;  // ratio to bf16's; measured +0.1 %, +0.7 %, +0.04 %, +0.7 %
+    // Ratio to bf16's; measured +0.1 %, +0.7 %, +0.04 %, +0.7 %.
+    double perplexity, perplexity_sanitized;
   };
   for (const Bounds& b : {Bounds{DType::kQ8, 0.1, 0.98, 0.9, 1.01, 1.03},
                           Bounds{DType::kQ4, 0.8, 0.9, 0.75, 1.05, 1.1},
