@@ -921,7 +921,9 @@ inline TileShape ChooseTileShapeQ4A8(size_t M) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   return M < 4 ? TileShape{4, M} : TileShape{2, 4};
 #elif HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
-  return M == 1 ? TileShape{2, 1} : TileShape{1, 2};
+  // M = 1 measured ({4, 1} against {2, 1}, [8192, 2048], alternating: 298, 304, 292 against
+  // 350, 354, 379 us; AVX-512's {8, 1} was slower than its {4, 1}).
+  return M == 1 ? TileShape{4, 1} : TileShape{1, 2};
 #else
   (void)M;
   return {1, 1};
