@@ -618,6 +618,7 @@ inline TileShape ChooseTileShapeQ8A8(size_t M) {
 // The quantized-activation kernels (w8a8, w4a8) as types, for one tile table and range loop.
 struct Q8A8Kernel {
   using Weight = int8_t;
+  static constexpr size_t kMaxRows = kMaxTileRows, kMaxM = kMaxTileM;
   template <size_t kRows, size_t kM, bool kPrefetch>
   static void Tile(const Int8Rows& xq, size_t m0, const int8_t* HWY_RESTRICT w,
                    const float* HWY_RESTRICT w_scales, size_t K, size_t n0, size_t next,
@@ -932,6 +933,9 @@ inline TileShape ChooseTileShapeQ4A8(size_t M) {
 
 struct Q4A8Kernel {
   using Weight = uint8_t;
+  // The largest tile ChooseTileShapeQ4A8 picks (the table holds no larger ones: each tile is
+  // compiled four times, per number of blocks in a superblock).
+  static constexpr size_t kMaxRows = 4, kMaxM = 4;
   template <size_t kRows, size_t kM, bool kPrefetch>
   static void Tile(const Int8Rows& xq, size_t m0, const uint8_t* HWY_RESTRICT w,
                    const float* HWY_RESTRICT w_scales, size_t K, size_t n0, size_t next,
@@ -951,7 +955,8 @@ template <class Kernel, bool kPrefetch, size_t kI>
 constexpr QuantizedTileFn<Kernel> QuantizedTileAt() {
   constexpr size_t kRows = kI / kMaxTileM + 1;
   constexpr size_t kM = kI % kMaxTileM + 1;
-  if constexpr (kRows * kM <= kMaxAccumulators) {
+  if constexpr (kRows * kM <= kMaxAccumulators && kRows <= Kernel::kMaxRows &&
+                kM <= Kernel::kMaxM) {
     return &Kernel::template Tile<kRows, kM, kPrefetch>;
   } else {
     return nullptr;
