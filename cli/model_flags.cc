@@ -58,7 +58,8 @@ Status ModelFlags::Validate() const {
   if (!weight_dtype.empty()) {
     std::optional<DType> dtype = ParseDTypeName(weight_dtype);
     if (!dtype || (*dtype != DType::kBF16 && *dtype != DType::kF32 && !IsPackedDType(*dtype))) {
-      return InvalidArgument("--weight-dtype: '{}' is not bf16, f32, int8, int4, w8a8 or w4a8", weight_dtype);
+      return InvalidArgument("--weight-dtype: '{}' is not bf16, f32, int8, int4, w8a8 or w4a8",
+                             weight_dtype);
     }
   }
   if (threads < 0) return InvalidArgument("--threads: must not be negative");

@@ -810,8 +810,8 @@ HWY_INLINE void SuperblockQ4A8(const Q4A8Tile<kRows, kM>& t, size_t k,
       for (size_t h = 0; h < 4; ++h) {
         __m256i low = _mm256_setzero_si256(), high = low;
         if (h / 2 < blocks) {
-          const __m256i v =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.w[r] + k / 2 + 128 * q + 32 * h));
+          const uint8_t* HWY_RESTRICT bytes = t.w[r] + k / 2 + 128 * q + 32 * h;
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes));
           low = _mm256_and_si256(v, nibble);
           high = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
         }
@@ -900,7 +900,8 @@ void TileQ4A8(const Int8Rows& xq, size_t m0, const uint8_t* HWY_RESTRICT w,
           const size_t b = g / 4, t = g % 4;
           for (size_t j = 0; j < 16; ++j) {
             const int byte = bytes[16 * g + j];
-            sum += (byte & 15) * p[128 * b + 16 * t + j] + (byte >> 4) * p[128 * b + 64 + 16 * t + j];
+            const int8_t* HWY_RESTRICT p_low = p + 128 * b + 16 * t;
+            sum += (byte & 15) * p_low[j] + (byte >> 4) * p_low[64 + j];
           }
           sum -= 8 * p_sums[g];
           scale = w_scales[(n0 + r) * groups + g];
@@ -946,7 +947,8 @@ struct Q4A8Kernel {
 };
 
 template <class Kernel>
-using QuantizedTileFn = void (*)(const Int8Rows&, size_t, const typename Kernel::Weight* HWY_RESTRICT,
+using QuantizedTileFn = void (*)(const Int8Rows&, size_t,
+                                 const typename Kernel::Weight* HWY_RESTRICT,
                                  const float* HWY_RESTRICT, size_t, size_t, size_t,
                                  float* HWY_RESTRICT, size_t);
 
@@ -971,7 +973,8 @@ constexpr std::array<QuantizedTileFn<Kernel>, sizeof...(kI)> MakeQuantizedTiles(
 // y[m, n] for m < M and n in [n_begin, n_end) from quantized activations xq against a
 // kernel's weights. Same loop order as MatMulRangeT.
 template <class Kernel>
-void MatMulRangeQuantized(const Int8Rows& xq, size_t M, const typename Kernel::Weight* HWY_RESTRICT w,
+void MatMulRangeQuantized(const Int8Rows& xq, size_t M,
+                          const typename Kernel::Weight* HWY_RESTRICT w,
                           const float* HWY_RESTRICT w_scales, size_t K, size_t n_begin,
                           size_t n_end, float* HWY_RESTRICT y, size_t y_stride) {
   using Tiles = std::array<QuantizedTileFn<Kernel>, kMaxTileRows * kMaxTileM>;
@@ -1036,10 +1039,10 @@ inline void MatMulRangeQ4A8Impl(const Int8Rows& xq, size_t M, const uint8_t* HWY
 }
 
 // y[m, n] = sum_k x[m, k] * W[n, k] for m < M and n in [n_begin, n_end), on this target. w is
-// row-major [N, K] of w_dtype (kBF16, kF32, or packed kQ8 / kQ4 / kQ8A8 / kQ4A8 with their `scales`,
-// core/tensor.h); x row m at x + m * x_stride, y row m at y + m * y_stride. The caller has
-// validated the arguments (kernels/matmul.cc). kQ8A8 and kQ4A8 quantize x here, per call;
-// MatMul and MatMulGroup quantize once per call instead and call MatMulRangeQ8A8Impl /
+// row-major [N, K] of w_dtype (kBF16, kF32, or packed kQ8 / kQ4 / kQ8A8 / kQ4A8 with their
+// `scales`, core/tensor.h); x row m at x + m * x_stride, y row m at y + m * y_stride. The
+// caller has validated the arguments (kernels/matmul.cc). kQ8A8 and kQ4A8 quantize x here, per
+// call; MatMul and MatMulGroup quantize once per call instead and call MatMulRangeQ8A8Impl /
 // MatMulRangeQ4A8Impl.
 //
 // Inline (not static) so that the copy in each including translation unit is the same entity;

@@ -3,12 +3,13 @@
 // x and y are f32; W is row-major [N, K] in bf16 or f32 (nn.Linear's [out, in] layout), or in a
 // packed int8 / int4 format (kernels/quantize.h), converted to f32 on the fly. w8a8 weights are
 // int8 rows too, but the activations are quantized to int8 per row (once per call, on the
-// calling thread) and the products summed exactly in int32. Every weight row is streamed from
-// memory once for all M rows of x (decode and prefill are memory-bound on W). Each output's
-// K-reduction runs in a fixed order that depends only on K and the SIMD target (w8a8: on
-// nothing, the sum is exact) — never on M, on n, or on how rows are split across threads — so a
-// row's result is bit-identical whether it is computed alone or in a batch (DESIGN.md
-// principle 2).
+// calling thread) and the products summed exactly in int32; w4a8 does the same against int4
+// rows, exactly per group of 32, the groups' scaled sums added in one order every target
+// follows (kernels/quantize.h). Every weight row is streamed from memory once for all M rows of
+// x (decode and prefill are memory-bound on W). Each output's K-reduction runs in a fixed order
+// that depends only on K and the SIMD target (w8a8, w4a8: on K only) — never on M, on n, or on
+// how rows are split across threads — so a row's result is bit-identical whether it is computed
+// alone or in a batch (DESIGN.md principle 2).
 #pragma once
 
 #include <cstdint>

@@ -164,6 +164,10 @@ std::string Describe(DType dtype, int64_t M, int64_t N, int64_t K) {
          " K=" + std::to_string(K);
 }
 
+// Every weight format the kernel takes.
+constexpr DType kWeightDTypes[] = {DType::kBF16, DType::kF32,  DType::kQ8,
+                                   DType::kQ4,   DType::kQ8A8, DType::kQ4A8};
+
 // M rows of K activations of the kinds quantization must get right: row m is kind m % 6:
 // 0 random with an outlier, 1 zeros, 2 tiny (quantized to 0), 3 an Inf, 4 a NaN, 5 halves
 // (values whose x * 127 / max|x| is exactly k + 0.5: rounded half to even).
@@ -221,6 +225,7 @@ using matmul_test::MakeX;
 using matmul_test::MakeY;
 using matmul_test::RowsIdentical;
 using matmul_test::Weights;
+using matmul_test::kWeightDTypes;
 using matmul_test::kQuantizationRowKinds;
 using matmul_test::QuantizationRows;
 using matmul_test::ExpectSpecialRows;
@@ -249,7 +254,7 @@ using matmul_test_target::Where;
 HWY_NOINLINE void TestMatMulMatchesReference() {
   uint32_t seed = 1;
   int cases = 0;
-  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4, DType::kQ8A8, DType::kQ4A8}) {
+  for (DType dtype : kWeightDTypes) {
     // M = 1..3, 4, 5 and more take the four tile shapes of the AVX-512 path (matmul-inl.h).
     for (int64_t M : {1, 2, 3, 4, 5, 16, 37}) {
       for (int64_t N : {1, 3, 4, 7, 64, 129}) {
@@ -281,7 +286,7 @@ HWY_NOINLINE void TestMatMulBatchInvariance() {
   constexpr int64_t kM = 37;
   constexpr int64_t kN = 37;
   uint32_t seed = 500;
-  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4, DType::kQ8A8, DType::kQ4A8}) {
+  for (DType dtype : kWeightDTypes) {
     for (int64_t K : {1, 7, 8, 15, 16, 17, 31, 64, 100, 128, 257, 2048}) {
       if (IsPackedDType(dtype) && !CanPack(dtype, K)) continue;
       ++seed;
@@ -326,7 +331,7 @@ HWY_NOINLINE void TestMatMulStaysInBounds() {
   // build. NaN-padded buffers: an over-read turns the result into NaN in every build. Every
   // partial-vector length is covered for every target (K up to 3 vectors of 16 lanes).
   uint32_t seed = 900;
-  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4, DType::kQ8A8, DType::kQ4A8}) {
+  for (DType dtype : kWeightDTypes) {
     for (int64_t K = 0; K <= 70; ++K) {
       if (!IsPackedDType(dtype) && K > 50) break;
       if (IsPackedDType(dtype) && !CanPack(dtype, K)) continue;
@@ -502,6 +507,7 @@ using matmul_test::MakeX;
 using matmul_test::MakeY;
 using matmul_test::RowsIdentical;
 using matmul_test::Weights;
+using matmul_test::kWeightDTypes;
 
 TEST(MatMulTest, BitIdenticalAcrossThreadCountsAndBatches) {
   // The public entry point on the dispatched target: the N split over threads, M and the row
@@ -568,7 +574,7 @@ TEST(MatMulTest, ModelShapesMatchReference) {
   // A Qwen3-Next expert (down: [2048, 512]; gate/up: [512, 2048]) at decode and prefill sizes.
   ThreadPool pool(2);
   uint32_t seed = 5000;
-  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4, DType::kQ8A8, DType::kQ4A8}) {
+  for (DType dtype : kWeightDTypes) {
     for (auto [N, K] : {std::pair<int64_t, int64_t>{512, 2048}, {2048, 512}}) {
       for (int64_t M : {1, 4, 19}) {
         ++seed;

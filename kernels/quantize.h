@@ -1,6 +1,6 @@
 // moeserve's packed weight formats (--weight-dtype int8 | int4 | w8a8 | w4a8), converted at load
-// from bf16 / f32 checkpoints: the quantization of one row and its exact inverse (what the matmul kernel
-// computes with). Layout: core/tensor.h (TensorBytes, PackedScales).
+// from bf16 / f32 checkpoints: the quantization of one row and its exact inverse (what the
+// matmul kernel computes with). Layout: core/tensor.h (TensorBytes, PackedScales).
 //
 //   int8 (DType::kQ8): per row (output channel) scale s = max|w| / 127, q = round(w / s) in
 //     [-127, 127]; w ~ q * s. The kernel sums q * x and multiplies by s once per output.
