@@ -713,6 +713,7 @@ HWY_INLINE void SuperblockQ4A8(const Q4A8Tile<kRows, kM>& t, size_t k,
   constexpr __mmask16 kValid = static_cast<__mmask16>((1u << (4 * kBlocks)) - 1);
   const size_t g0 = k / kQ4Group;
   const __m512i nibble = _mm512_set1_epi8(15);
+#pragma GCC unroll 8
   for (size_t r = 0; r < kRows; ++r) {
     if constexpr (kPrefetch) {
       for (size_t j = 0; j < kBlocks; ++j) __builtin_prefetch(t.next_w[r] + k / 2 + 64 * j, 0, 2);

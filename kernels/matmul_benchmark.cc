@@ -151,6 +151,59 @@ void MatMulArgs(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_MatMul)->Apply(MatMulArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
+// One MoE projection at decode as the engine runs it: a MatMulGroup of `jobs` different
+// experts' matrices (each its own cold copy of W [N, K], as each expert is its own tensor), M
+// rows each. Shorter streams than BM_MatMul's, one after another on each thread.
+// Args: jobs, N, K, M, dtype (as BM_MatMul), threads.
+void BM_MatMulGroup(benchmark::State& state) {
+  const int64_t num_jobs = state.range(0);
+  const int64_t N = state.range(1);
+  const int64_t K = state.range(2);
+  const int64_t M = state.range(3);
+  const DType dtype = kDTypes[state.range(4)];
+  ThreadPool pool(static_cast<size_t>(state.range(5)));
+
+  const WeightCopies& weights = GetWeights(dtype, N, K);
+  std::vector<float> x(static_cast<size_t>(num_jobs * M * K));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 13) * 0.125f - 0.75f;
+  std::vector<float> y(static_cast<size_t>(num_jobs * M * N));
+  std::vector<Tensor> views(static_cast<size_t>(num_jobs));
+  std::vector<MatMulJob> jobs(static_cast<size_t>(num_jobs));
+
+  const double read_gb_per_s = MeasureReadBandwidth(pool, size_t{256} << 20, 3).gb_per_s;
+
+  size_t c = 0;
+  const Stopwatch watch;
+  for (auto _ : state) {
+    for (int64_t j = 0; j < num_jobs; ++j) {
+      views[j] = weights.copy(c);
+      if (++c == weights.copies()) c = 0;
+      jobs[j] = {x.data() + j * M * K, K, M, &views[j], y.data() + j * M * N, N};
+    }
+    MatMulGroup(jobs.data(), num_jobs, pool);
+    benchmark::ClobberMemory();
+  }
+  const double seconds = std::max(watch.ElapsedSeconds(), 1e-9);
+  const double calls = static_cast<double>(state.iterations());
+  const double bytes = static_cast<double>(weights.bytes() * num_jobs);
+  state.SetBytesProcessed(static_cast<int64_t>(calls * bytes));
+  state.counters["weight_GB/s"] = calls * bytes / seconds * 1e-9;
+  state.counters["read_GB/s"] = read_gb_per_s;
+  state.counters["roofline_ratio"] = calls * bytes / seconds * 1e-9 / read_gb_per_s;
+}
+
+void MatMulGroupArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"jobs", "N", "K", "M", "dtype", "threads"});
+  // The bench preset's MoE at decode: 8 routed experts + the shared one, gate and up fused
+  // ([1024, 2048]), then down ([2048, 512]).
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{1024, 2048}, {2048, 512}}) {
+    for (int64_t dtype = 0; dtype < std::ssize(kDTypes); ++dtype) {
+      b->Args({9, N, K, 1, dtype, 2});
+    }
+  }
+}
+BENCHMARK(BM_MatMulGroup)->Apply(MatMulGroupArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace moeserve::kernels
 
