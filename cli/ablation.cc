@@ -28,6 +28,14 @@ std::vector<Optimization> AblatableOptimizations(const RunSwitches& on,
                      return s;
                    }});
   }
+  // The waits it uses are the ranks' collectives.
+  if (f.warm_next_weights && ranks > 1) {
+    out.push_back({"#12 next weights prefetched while ranks wait",
+                   "--no-weight-prefetch", [](RunSwitches s) {
+                     s.forward.warm_next_weights = false;
+                     return s;
+                   }});
+  }
   // MC2 pipelines --ep's all-to-all: only steps small enough to take the all-to-all path.
   if (expert_parallel && ranks > 1 && config.num_experts > 0 && f.mc2 && f.mc2_max_tokens > 0) {
     out.push_back(

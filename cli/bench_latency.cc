@@ -53,16 +53,20 @@ struct RunResult {
   // --comm-sim, per decode step on rank 0: the modelled link time of its collectives, the part
   // it waited for, and of that the part in all-to-all exchanges (--ep's combine).
   double link_ms = 0, link_exposed_ms = 0, a2a_exposed_ms = 0;
+  // Ranks > 1, per decode step: MB of weights rank 0 prefetched while waiting (case study #12).
+  double warmed_mb = 0;
   double prefill_gflops = 0, prefill_peak_ratio = 0;  // against the measured f32 FMA peak
 };
 
-// Rank 0's link counters (zero without --comm-sim).
+// Rank 0's link counters (zero without --comm-sim) and the bytes its waits warmed.
 struct LinkCounters {
-  double modelled = 0, exposed = 0, exchange = 0;
+  double modelled = 0, exposed = 0, exchange = 0, warmed = 0;
   static LinkCounters Of(const model::ModelGroup& group) {
+    const auto warmed = static_cast<double>(group.model().warmed_bytes());
     const parallel::SimulatedLinkCommunicator* link = group.link();
-    if (link == nullptr) return {};
-    return {link->modelled_seconds(), link->exposed_seconds(), link->exchange_exposed_seconds()};
+    if (link == nullptr) return {.warmed = warmed};
+    return {link->modelled_seconds(), link->exposed_seconds(), link->exchange_exposed_seconds(),
+            warmed};
   }
 };
 
@@ -119,6 +123,7 @@ Result<RunResult> RunBatch(model::ModelGroup& group, const engine::EngineConfig&
       link_in_decode.modelled += after.modelled - before.modelled;
       link_in_decode.exposed += after.exposed - before.exposed;
       link_in_decode.exchange += after.exchange - before.exchange;
+      link_in_decode.warmed += after.warmed - before.warmed;
     }
     if (!prefilled && num_started == batch) prefill_ms = now;
     step_start_ms = now;
@@ -138,6 +143,7 @@ Result<RunResult> RunBatch(model::ModelGroup& group, const engine::EngineConfig&
   r.link_ms = link_in_decode.modelled * per_step;
   r.link_exposed_ms = link_in_decode.exposed * per_step;
   r.a2a_exposed_ms = link_in_decode.exchange * per_step;
+  r.warmed_mb = link_in_decode.warmed * 1e-6 / static_cast<double>(decode_steps);
   return r;
 }
 
@@ -379,9 +385,11 @@ int Run(const Options& o) {
                "collectives, what of it was exposed, and of that the all-to-all's\n",
                o.model.comm_sim);
   }
-  fmt::print("{:>5} {:>6} {:>6} {:>12} {:>8} {:>9} {:>12} {:>10}{}{}\n", "batch", "input",
+  // Ranks: the MB of weights rank 0 prefetched per decode step while waiting (#12).
+  const bool ranks = group.size() > 1;
+  fmt::print("{:>5} {:>6} {:>6} {:>12} {:>8} {:>9} {:>12} {:>10}{}{}{}\n", "batch", "input",
              "output", "prefill t/s", "of peak", "TPOT ms", "decode t/s", "roofline",
-             link ? "   link ms  exposed  a2a exp." : "",
+             link ? "   link ms  exposed  a2a exp." : "", ranks ? "  warm MB" : "",
              spec.enabled() ? "  accept.len  accepted per position" : "");
   for (const RunResult& r : runs) {
     std::string acceptance;
@@ -399,10 +407,10 @@ int Run(const Options& o) {
         link ? fmt::format(" {:>9.3f} {:>8.3f} {:>9.3f}", r.link_ms, r.link_exposed_ms,
                            r.a2a_exposed_ms)
              : "";
-    fmt::print("{:>5} {:>6} {:>6} {:>12.1f} {:>7.1f}% {:>9.2f} {:>12.1f} {:>9.1f}%{}{}\n",
+    fmt::print("{:>5} {:>6} {:>6} {:>12.1f} {:>7.1f}% {:>9.2f} {:>12.1f} {:>9.1f}%{}{}{}\n",
                r.batch_size, r.input_len, r.output_len, r.prefill_tok_s,
                100.0 * r.prefill_peak_ratio, r.tpot_ms, r.decode_tok_s, 100.0 * r.roofline_ratio,
-               link_columns, acceptance);
+               link_columns, ranks ? fmt::format(" {:>8.2f}", r.warmed_mb) : "", acceptance);
   }
   // How batching scales the aggregate decode rate, when batch 1 was measured.
   const auto one =
@@ -444,6 +452,7 @@ int Run(const Options& o) {
     j["fused_allreduce_norm"] = !o.model.no_fused_allreduce_norm;
     j["shared_expert_overlap"] = !o.model.no_shared_expert_overlap;
     j["fused_gdn_step"] = !o.model.no_fused_gdn_step;
+    j["weight_prefetch"] = !o.model.no_weight_prefetch;
     j["greedy_argmax"] = config.greedy_argmax;
     j["bandwidth_gbs"] = bandwidth;
     j["fma_peak_gflops"] = fma_peak;
@@ -463,6 +472,7 @@ int Run(const Options& o) {
                            {"link_ms_per_step", r.link_ms},
                            {"link_exposed_ms_per_step", r.link_exposed_ms},
                            {"a2a_exposed_ms_per_step", r.a2a_exposed_ms},
+                           {"warmed_mb_per_step", r.warmed_mb},
                            {"spec",
                             {{"method", engine::SpecName(spec)},
                              {"num_drafts", r.spec.num_drafts},

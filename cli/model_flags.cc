@@ -50,6 +50,10 @@ void ModelFlags::Register(FlagSet& flags) {
              "case study #5 off: a GDN layer's decode tokens take layer-wide passes (conv, "
              "norms and gates on one thread, then the delta rule) instead of one fused task per "
              "key head");
+  flags.Bool("no-weight-prefetch", &no_weight_prefetch,
+             "case study #12 off: a rank waiting in a collective idles instead of prefetching the "
+             "weights it reads next (the next layer's input projections, the MoE's router and "
+             "shared expert, lm_head)");
   flags.String("comm-sim", &comm_sim,
                "LATENCY_US,GBPS: add a modelled link's time to every collective (\"\": none)");
 }
@@ -150,6 +154,7 @@ Result<std::unique_ptr<model::ModelGroup>> ModelFlags::LoadGroup() const {
   options.forward.mc2 = !no_mc2;
   options.forward.shared_expert_overlap = !no_shared_expert_overlap;
   options.forward.fused_gdn_step = !no_fused_gdn_step;
+  options.forward.warm_next_weights = !no_weight_prefetch;
   options.forward.mc2_max_tokens = mc2_max_tokens;
   model::ParallelOptions parallel;
   parallel.tp = static_cast<int>(tp);

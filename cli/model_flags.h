@@ -28,6 +28,7 @@ struct ModelFlags {
   bool no_mc2 = false;
   bool no_shared_expert_overlap = false;
   bool no_fused_gdn_step = false;
+  bool no_weight_prefetch = false;
   int64_t mc2_max_tokens = model::ForwardOptions{}.mc2_max_tokens;
 
   void Register(FlagSet& flags);

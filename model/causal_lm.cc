@@ -43,7 +43,8 @@ LayerContext CausalLm::Context(int64_t layer) {
                       tap_ ? &tap_ : nullptr,
                       layer,
                       forward_,
-                      shard_.spec.expert_parallel && comm_->size() > 1};
+                      shard_.spec.expert_parallel && comm_->size() > 1,
+                      forward_.warm_next_weights && comm_->size() > 1 ? &warmer_ : nullptr};
 }
 
 void CausalLm::EmbedRows(const int32_t* tokens, int64_t T, float* out) {
@@ -209,9 +210,11 @@ void CausalLm::ForwardBatch(const TokenBatch& batch, ModelCache& cache, const in
               normed);
   for (int64_t i = 0; i < L; ++i) {
     const bool last = i + 1 == L;
+    const NextWeights next = last ? NextWeights{.lm_head = &weights_.lm_head_matrix()}
+                                  : NextWeights{.layer = &weights_.layers[i + 1]};
     DecoderLayer(Context(i), weights_.layers[i], batch, x, normed,
                  last ? weights_.final_norm : weights_.layers[i + 1].input_norm,
-                 last ? hidden : normed, cache);
+                 last ? hidden : normed, cache, next);
   }
   Context(L).Tap("final_norm", hidden, T, H);
   trace::Scope scope("lm_head", "rows", num_logits);

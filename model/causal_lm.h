@@ -53,6 +53,8 @@ class CausalLm {
   // The --no-... switches of the forward from the next call on (results are equal either way).
   const ForwardOptions& forward_options() const { return forward_; }
   void set_forward_options(const ForwardOptions& forward) { forward_ = forward; }
+  // Bytes this rank's collective waits have warmed so far (case study #12).
+  uint64_t warmed_bytes() const { return warmer_.warmed_bytes(); }
 
   // Plans every buffer of a forward call for batches of up to max_tokens tokens and
   // max_logits_rows logits rows, so that such calls allocate nothing.
@@ -115,6 +117,7 @@ class CausalLm {
   parallel::Communicator* comm_;
   ForwardOptions forward_;
   Scratch scratch_;
+  WeightWarmer warmer_;  // case study #12 (ForwardOptions::warm_next_weights)
   ActivationTap tap_;
   std::vector<float> x_, hidden_, mtp_in_, mtp_out_, logits_in_, logits_, mtp_logits_;
   std::vector<float> local_logits_, gathered_;  // vocab-parallel: [rows, Vp], [ranks, rows, Vp]

@@ -552,13 +552,60 @@ void ReduceAddNorm(const LayerContext& ctx, float* delta, std::string_view delta
   RmsNormRows(x, T, H, norm, eps, normed);
 }
 
+namespace {
+
+// While alive, ctx's collectives warm what Add names (ctx.warmer; nothing when it is null).
+class WarmWhileWaiting {
+ public:
+  explicit WarmWhileWaiting(const LayerContext& ctx) : ctx_(ctx) {
+    if (ctx_.warmer == nullptr) return;
+    ctx_.warmer->Clear();
+    ctx_.comm.set_idle_work(ctx_.warmer);
+  }
+  ~WarmWhileWaiting() {
+    if (ctx_.warmer != nullptr) ctx_.comm.set_idle_work(nullptr);
+  }
+  WarmWhileWaiting(const WarmWhileWaiting&) = delete;
+  WarmWhileWaiting& operator=(const WarmWhileWaiting&) = delete;
+
+  void Add(const Tensor& W) {
+    if (ctx_.warmer != nullptr) ctx_.warmer->Add(W, ctx_.pool.num_threads());
+  }
+  // What a layer's first matmuls read: its mixer's input projections.
+  void AddMixer(const DecoderLayerWeights& w) {
+    if (w.type == io::LayerType::kLinearAttention) {
+      Add(w.gdn.in_proj_qkvz.view());
+      Add(w.gdn.in_proj_ba.view());
+    } else {
+      Add(w.attention.qkv.view());
+    }
+  }
+  // What the feed-forward half reads first: router and shared expert, or the MLP's gate_up.
+  void AddFfn(const DecoderLayerWeights& w) {
+    if (w.moe) {
+      Add(w.experts.router.view());
+      Add(w.experts.shared.gate_up.view());
+    } else {
+      Add(w.mlp.gate_up.view());
+    }
+  }
+
+ private:
+  const LayerContext& ctx_;
+};
+
+}  // namespace
+
 void DecoderLayer(const LayerContext& ctx, const DecoderLayerWeights& w, const TokenBatch& batch,
                   float* x, float* normed, const std::vector<float>& next_norm, float* next_normed,
-                  ModelCache& cache) {
+                  ModelCache& cache, NextWeights next) {
   const int64_t T = batch.num_tokens, H = ctx.config.hidden_size;
   float* delta = Grow(ctx.scratch.delta, T * H);
 
   ctx.Tap("input_norm", normed, T, H);
+  std::optional<WarmWhileWaiting> warm;
+  warm.emplace(ctx);
+  warm->AddFfn(w);
   const bool gdn = w.type == io::LayerType::kLinearAttention;
   if (gdn) {
     trace::Scope scope("gated_deltanet", "layer", ctx.layer);
@@ -573,6 +620,9 @@ void DecoderLayer(const LayerContext& ctx, const DecoderLayerWeights& w, const T
   }
 
   ctx.Tap("post_attention_norm", normed, T, H);
+  warm.emplace(ctx);
+  if (next.layer != nullptr) warm->AddMixer(*next.layer);
+  if (next.lm_head != nullptr) warm->Add(*next.lm_head);
   MoeResult ffn;
   if (w.moe) {
     trace::Scope scope("moe", "layer", ctx.layer);

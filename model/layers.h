@@ -14,6 +14,7 @@
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "model/cache.h"
+#include "model/weight_warmer.h"
 #include "model/weights.h"
 #include "parallel/communicator.h"
 
@@ -63,6 +64,9 @@ struct ForwardOptions {
   // steps and gated RMSNorms, while they sit in that core's cache -- instead of layer-wide passes
   // (conv, norms and gated norm on one thread, then the delta rule in parallel).
   bool fused_gdn_step = true;
+  // Case study #12: with more than one rank, each collective's wait warms the weights read
+  // after it (model/weight_warmer.h).
+  bool warm_next_weights = true;
 };
 
 // What SparseMoe leaves in `out`: by default this rank's part of every row (the ranks' outputs
@@ -85,6 +89,8 @@ struct LayerContext {
   int64_t layer = 0;  // decoder layer index (MTP layer i: num_hidden_layers + i): cache and tap
   ForwardOptions options = {};
   bool expert_parallel = false;  // --ep: ranks hold whole experts (shard.h)
+  // What this rank's collective waits warm (null: nothing; one rank has no waits).
+  WeightWarmer* warmer = nullptr;
 
   bool tapped() const { return tap != nullptr && *tap; }
   void Tap(std::string_view name, const float* data, int64_t rows, int64_t cols) const {
@@ -135,9 +141,14 @@ void ReduceAddNorm(const LayerContext& ctx, float* delta, std::string_view delta
 // x += mixer(norm(x)); x += ffn(norm(x)). On entry `normed` holds input_norm(x); the layer ends
 // with next_normed = next_norm(x) -- the next layer's input norm, or the final norm -- computed
 // with its last reduction (ReduceAddNorm). next_normed may be `normed`. The mixer's cache is
-// layer ctx.layer of `cache`.
+// layer ctx.layer of `cache`. `next` is what the forward reads after this layer: the next
+// layer's weights, or (after the last) lm_head; either may be null (ctx.warmer warms them).
+struct NextWeights {
+  const DecoderLayerWeights* layer = nullptr;
+  const Tensor* lm_head = nullptr;
+};
 void DecoderLayer(const LayerContext& ctx, const DecoderLayerWeights& w, const TokenBatch& batch,
                   float* x, float* normed, const std::vector<float>& next_norm, float* next_normed,
-                  ModelCache& cache);
+                  ModelCache& cache, NextWeights next = {});
 
 }  // namespace moeserve::model

@@ -175,11 +175,12 @@ constexpr int64_t kFusedAllReduceNorm = 1;
 constexpr int64_t kSharedExpertOverlap = 2;
 constexpr int64_t kMc2 = 4;
 constexpr int64_t kFusedGdnStep = 8;
+constexpr int64_t kWarmNextWeights = 16;
 
 int64_t PackForwardBits(const ForwardOptions& f) {
   return (f.fused_allreduce_norm ? kFusedAllReduceNorm : 0) |
          (f.shared_expert_overlap ? kSharedExpertOverlap : 0) | (f.mc2 ? kMc2 : 0) |
-         (f.fused_gdn_step ? kFusedGdnStep : 0);
+         (f.fused_gdn_step ? kFusedGdnStep : 0) | (f.warm_next_weights ? kWarmNextWeights : 0);
 }
 
 ForwardOptions UnpackForwardOptions(int64_t bits, int64_t mc2_max_tokens) {
@@ -188,6 +189,7 @@ ForwardOptions UnpackForwardOptions(int64_t bits, int64_t mc2_max_tokens) {
   f.shared_expert_overlap = (bits & kSharedExpertOverlap) != 0;
   f.mc2 = (bits & kMc2) != 0;
   f.fused_gdn_step = (bits & kFusedGdnStep) != 0;
+  f.warm_next_weights = (bits & kWarmNextWeights) != 0;
   f.mc2_max_tokens = mc2_max_tokens;
   return f;
 }

@@ -56,6 +56,7 @@ struct RankRun {
   std::vector<std::vector<float>> step_logits;
   std::vector<int32_t> step_argmax;
   std::vector<float> mtp_logits;
+  uint64_t warmed_bytes = 0;  // weights the rank prefetched while it waited (case study #12)
 };
 
 constexpr int64_t kPromptLen = 70;  // crosses a 64-token GDN chunk boundary
@@ -148,6 +149,7 @@ RankRun RunLayout(const std::string& dir, int tp, bool ep, const std::vector<int
         return;  // every rank fails the same way: none enters a collective
       }
       runs[r] = RunRank(**lm, prompt, feed);
+      runs[r].warmed_bytes = (*lm)->warmed_bytes();
     });
   }
   for (std::thread& t : threads) t.join();
@@ -263,6 +265,30 @@ TEST(TensorParallelTest, FusedGdnStepEqualsUnfused) {
       EXPECT_EQ(fused.mtp_logits, unfused.mtp_logits) << dir << " --tp " << tp;
     }
   }
+}
+
+// Case study #12: ranks waiting in their collectives prefetch the weights they read next
+// (model/weight_warmer.h). They do prefetch -- here the waits are a rank arriving at a barrier
+// before the other -- and nothing else changes, bit for bit.
+TEST(TensorParallelTest, WeightPrefetchWhileWaitingChangesNothing) {
+  Result<std::unique_ptr<CausalLm>> one =
+      CausalLm::Load(kTinyDir, {.weight_dtype = std::nullopt, .threads = 2});
+  ASSERT_TRUE(one.ok());
+  const std::vector<int32_t> prompt = Prompt((*one)->config().vocab_size);
+  const std::vector<int32_t> feed = GreedyFeed(**one, prompt);
+  for (const auto& [tp, ep] : std::vector<std::pair<int, bool>>{{2, false}, {2, true}}) {
+    const RankRun warm = RunLayout(kTinyDir, tp, ep, prompt, feed);
+    const RankRun cold =
+        RunLayout(kTinyDir, tp, ep, prompt, feed, ForwardOptions{.warm_next_weights = false});
+    EXPECT_GT(warm.warmed_bytes, 0u) << "--tp " << tp << (ep ? " --ep" : "");
+    EXPECT_EQ(cold.warmed_bytes, 0u);
+    EXPECT_EQ(warm.prompt_logits, cold.prompt_logits);
+    EXPECT_EQ(warm.step_logits, cold.step_logits);
+    EXPECT_EQ(warm.step_argmax, cold.step_argmax);
+    EXPECT_EQ(warm.mtp_logits, cold.mtp_logits);
+  }
+  // One rank never waits, so never prefetches.
+  EXPECT_EQ(RunLayout(kTinyDir, 1, false, prompt, feed).warmed_bytes, 0u);
 }
 
 // --ep's paths -- all-gather dispatch, all-to-all combine blocking or pipelined (MC2), the shared

@@ -30,9 +30,22 @@ class RowVisitor {
   void (*call_)(void*, int64_t, const float*);
 };
 
+// Work a rank does in small steps while it waits in a collective -- for its peers to arrive or
+// for the link -- instead of idling (case study #12: the next weights pulled into the cache).
+class IdleWork {
+ public:
+  virtual ~IdleWork() = default;
+  // Does one short step (a few microseconds at most); false once nothing is left to do.
+  virtual bool Step() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
+
+  // What this rank does while its collectives wait, until set again (null: nothing). The caller
+  // keeps `work` alive while it is set. Results never depend on it.
+  virtual void set_idle_work(IdleWork* work) { idle_work_ = work; }
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
@@ -79,6 +92,14 @@ class Communicator {
   // data[0, bytes) of rank `root` to every rank.
   virtual void Broadcast(void* data, size_t bytes, int root) = 0;
   virtual void Barrier() = 0;
+
+ protected:
+  // One step of the idle work; false when there is none (left).
+  bool DoIdleWork() { return idle_work_ != nullptr && idle_work_->Step(); }
+  IdleWork* idle_work() const { return idle_work_; }
+
+ private:
+  IdleWork* idle_work_ = nullptr;
 };
 
 // Copies n floats; n == 0 touches nothing (an empty vector's data() may be null, which memcpy

@@ -304,5 +304,62 @@ TEST(LinkModelTest, AddsTheModelledTimeOfEachCollective) {
   EXPECT_EQ(alone.modelled_seconds(), 0);
 }
 
+// Counts its steps; has `budget` of them to do (a call after that does nothing).
+class CountingWork final : public IdleWork {
+ public:
+  explicit CountingWork(int64_t budget) : budget_(budget) {}
+  bool Step() override {
+    if (steps_ == budget_) return false;
+    return ++steps_ < budget_;
+  }
+  int64_t steps() const { return steps_; }
+
+ private:
+  int64_t budget_, steps_ = 0;
+};
+
+// Case study #12's hook: a rank that waits -- for a slower peer at a barrier, or for the link --
+// does its idle work meanwhile, stops when the work says it is done, and the results are those
+// of the same collectives without it.
+TEST(IdleWorkTest, WaitsDoTheWorkAndResultsDoNotChange) {
+  constexpr int kSize = 2;
+  constexpr int64_t kN = 999;
+  std::vector<int64_t> local_steps(kSize), link_steps(kSize), unset_steps(kSize);
+  OnRanks(kSize, [&](Communicator& comm) {
+    // Rank 1 arrives 2 ms late: rank 0 waits at the barrier, doing its work.
+    CountingWork work(1 << 30);
+    comm.set_idle_work(&work);
+    if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::vector<float> data = Values(comm.rank(), 0, kN);
+    comm.AllReduceSum(data.data(), kN);
+    EXPECT_TRUE(SameBits(data.data(), RankOrderSum(kSize, 0, kN).data(), kN));
+    local_steps[comm.rank()] = work.steps();
+    // Unset: nothing is called any more.
+    comm.set_idle_work(nullptr);
+    if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    comm.Barrier();
+    unset_steps[comm.rank()] = work.steps() - local_steps[comm.rank()];
+  });
+  EXPECT_GT(local_steps[0], 0);
+  EXPECT_EQ(unset_steps[0], 0);
+  EXPECT_EQ(unset_steps[1], 0);
+
+  // The link's wait (200 us per collective) does work until the work runs out: 50 steps.
+  const LinkModel link{.latency_us = 200, .gb_per_s = 1};
+  OnRanks(kSize, [&](Communicator& inner) {
+    SimulatedLinkCommunicator comm(inner, link);
+    CountingWork work(50);
+    comm.set_idle_work(&work);
+    std::vector<float> data = Values(comm.rank(), 1, kN);
+    comm.AllReduceSum(data.data(), kN);
+    EXPECT_TRUE(SameBits(data.data(), RankOrderSum(kSize, 1, kN).data(), kN));
+    comm.set_idle_work(nullptr);
+    link_steps[comm.rank()] = work.steps();
+    EXPECT_GE(comm.exposed_seconds(), 200e-6);  // the wait itself is unchanged
+  });
+  EXPECT_EQ(link_steps[0], 50);
+  EXPECT_EQ(link_steps[1], 50);
+}
+
 }  // namespace
 }  // namespace moeserve::parallel

@@ -49,10 +49,13 @@ Clock::time_point After(Clock::time_point t, double seconds) {
   return t + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
-// Waits until `until`; returns the seconds waited (0 when it has passed).
-double WaitUntil(Clock::time_point until) {
+// Waits until `until`, doing `idle` work (may be null) meanwhile; returns the seconds waited (0
+// when it has passed).
+double WaitUntil(Clock::time_point until, IdleWork* idle) {
   const Clock::time_point now = Clock::now();
   if (now >= until) return 0;
+  while (idle != nullptr && Clock::now() < until && idle->Step()) {
+  }
   // Sleep the bulk (the core is free for other ranks), spin the last 50 us (sleep overshoots).
   const auto spin = std::chrono::microseconds(50);
   if (until - now > spin) std::this_thread::sleep_until(until - spin);
@@ -80,7 +83,7 @@ void SimulatedLinkCommunicator::Transfer(double bytes, bool exchange) {
   const double seconds = link_.Seconds(bytes);
   modelled_seconds_ += seconds;
   ++num_collectives_;
-  const double waited = WaitUntil(After(Clock::now(), seconds));
+  const double waited = WaitUntil(After(Clock::now(), seconds), idle_work());
   exposed_seconds_ += waited;
   if (exchange) exchange_exposed_seconds_ += waited;
 }
@@ -149,14 +152,14 @@ void SimulatedLinkCommunicator::StartAllToAllV(const float* send,
 
 void SimulatedLinkCommunicator::WaitFrom(int peer) {
   inner_.WaitFrom(peer);
-  const double waited = WaitUntil(arrival_[peer]);
+  const double waited = WaitUntil(arrival_[peer], idle_work());
   exposed_seconds_ += waited;
   exchange_exposed_seconds_ += waited;
 }
 
 void SimulatedLinkCommunicator::FinishAllToAllV() {
   inner_.FinishAllToAllV();
-  const double waited = WaitUntil(exchange_done_);
+  const double waited = WaitUntil(exchange_done_, idle_work());
   exposed_seconds_ += waited;
   exchange_exposed_seconds_ += waited;
 }

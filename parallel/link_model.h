@@ -4,7 +4,8 @@
 // bandwidth: latency + the bytes one rank moves / bandwidth, with the byte counts of ring
 // algorithms (all-reduce 2 (p - 1) / p x n, all-gather and reduce-scatter (p - 1) x n per-rank
 // slices, all-to-all what a rank sends or receives off-rank, broadcast the payload). The wait
-// is a real one (sleep, then spin for the last microseconds), so step times include it.
+// is a real one (the rank's idle work first, if any; then sleep, then spin for the last
+// microseconds), so step times include it.
 #pragma once
 
 #include <chrono>
@@ -43,6 +44,11 @@ class SimulatedLinkCommunicator final : public Communicator {
 
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
+  // The work is done in the inner communicator's waits and in the link's.
+  void set_idle_work(IdleWork* work) override {
+    Communicator::set_idle_work(work);
+    inner_.set_idle_work(work);
+  }
   void AllReduceSum(float* data, int64_t n) override;
   void AllReduceRows(float* data, int64_t rows, int64_t cols, RowVisitor visit) override;
   void AllGatherRows(float* data, int64_t rows, int64_t cols, RowVisitor visit) override;

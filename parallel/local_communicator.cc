@@ -49,7 +49,8 @@ class LocalCommunicator final : public Communicator {
       const float* src = all[s].in + begin;
       for (int64_t i = 0; i < end - begin; ++i) slice[i] += src[i];
     }
-    group_.Wait(sense_);  // B: every slice reduced; no one reads `data` any more
+    // B: every slice reduced; no one reads `data` any more
+    group_.Wait(sense_, idle_work());
     for (int s = 0; s < size; ++s) {
       const int64_t b = SliceBegin(n, size, s), e = SliceBegin(n, size, s + 1);
       CopyFloats(data + b, all[s].out, e - b);
@@ -74,7 +75,7 @@ class LocalCommunicator final : public Communicator {
       }
       visit(r, row);
     }
-    group_.Wait(sense_);  // B: no one reads `data` any more
+    group_.Wait(sense_, idle_work());  // B: no one reads `data` any more
   }
 
   void AllGatherRows(float* data, int64_t rows, int64_t cols, RowVisitor visit) override {
@@ -87,7 +88,7 @@ class LocalCommunicator final : public Communicator {
         visit(r, all[s].in + r * cols);
       }
     }
-    group_.Wait(sense_);  // B: no one reads `data` any more
+    group_.Wait(sense_, idle_work());  // B: no one reads `data` any more
   }
 
   void AllGather(const float* in, int64_t n, float* out) override {
@@ -96,7 +97,7 @@ class LocalCommunicator final : public Communicator {
     for (int s = 0; s < group_.size_; ++s) {
       CopyFloats(out + s * n, all[s].in, n);
     }
-    group_.Wait(sense_);  // B: inputs may be reused
+    group_.Wait(sense_, idle_work());  // B: inputs may be reused
   }
 
   void ReduceScatterSum(const float* in, int64_t n, float* out) override {
@@ -108,7 +109,7 @@ class LocalCommunicator final : public Communicator {
       const float* src = all[s].in + begin;
       for (int64_t i = 0; i < n; ++i) out[i] += src[i];
     }
-    group_.Wait(sense_);
+    group_.Wait(sense_, idle_work());
   }
 
   void AllToAllV(const float* send, std::span<const int64_t> send_counts,
@@ -152,7 +153,8 @@ class LocalCommunicator final : public Communicator {
   void FinishAllToAllV() override {
     for (int s = 0; s < group_.size_; ++s) WaitFrom(s);
     exchange_ = nullptr;
-    group_.Wait(sense_);  // B: every part read; send buffers may be reused
+    // B: every part read; send buffers may be reused
+    group_.Wait(sense_, idle_work());
   }
 
   void Broadcast(void* data, size_t bytes, int root) override {
@@ -160,10 +162,10 @@ class LocalCommunicator final : public Communicator {
     Mine().bytes = data;
     const std::vector<LocalGroup::Published>& all = Begin();
     if (rank_ != root && bytes > 0) std::memcpy(data, all[root].bytes, bytes);
-    group_.Wait(sense_);
+    group_.Wait(sense_, idle_work());
   }
 
-  void Barrier() override { group_.Wait(sense_); }
+  void Barrier() override { group_.Wait(sense_, idle_work()); }
 
  private:
   // The entry this rank publishes in for the coming collective.
@@ -171,7 +173,7 @@ class LocalCommunicator final : public Communicator {
   // Barrier A: everyone has published; returns the entries of this collective and flips the
   // parity for the next.
   const std::vector<LocalGroup::Published>& Begin() {
-    group_.Wait(sense_);
+    group_.Wait(sense_, idle_work());
     const std::vector<LocalGroup::Published>& all = group_.published_[parity_];
     parity_ ^= 1;
     return all;
@@ -203,12 +205,15 @@ Communicator& LocalGroup::rank(int r) {
   return *ranks_[r];
 }
 
-void LocalGroup::Wait(bool& sense) {
+void LocalGroup::Wait(bool& sense, IdleWork* idle) {
   sense = !sense;
   if (arrived_.fetch_add(1, std::memory_order_acq_rel) == size_ - 1) {
     arrived_.store(0, std::memory_order_relaxed);
     sense_.store(sense, std::memory_order_release);
     return;
+  }
+  // The rank's idle work first, a step at a time, while the others are on their way.
+  while (idle != nullptr && sense_.load(std::memory_order_acquire) != sense && idle->Step()) {
   }
   // Spin while the others are about to arrive (a collective's work between barriers is short),
   // then give the core away: with more ranks than cores the last one needs it.

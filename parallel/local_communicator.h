@@ -44,8 +44,9 @@ class LocalGroup {
     const void* bytes = nullptr;
   };
 
-  // Blocks until all ranks arrived; `sense` is the caller's, flipped each time.
-  void Wait(bool& sense);
+  // Blocks until all ranks arrived; `sense` is the caller's, flipped each time. Meanwhile does
+  // the rank's idle work (may be null) until it has none left.
+  void Wait(bool& sense, IdleWork* idle);
 
   int size_;
   alignas(64) std::atomic<int> arrived_{0};

@@ -54,23 +54,29 @@ class MpiCommunicator final : public Communicator {
       counts2_[s] = ToInt(mine);  // rank s's copy of my slice
       displs2_[s] = ToInt(mine * s);
     }
-    Check(MPI_Alltoallv(data, counts_.data(), displs_.data(), MPI_FLOAT, gathered_.data(),
-                        counts2_.data(), displs2_.data(), MPI_FLOAT, MPI_COMM_WORLD),
-          "MPI_Alltoallv");
+    MPI_Request request;
+    Check(MPI_Ialltoallv(data, counts_.data(), displs_.data(), MPI_FLOAT, gathered_.data(),
+                         counts2_.data(), displs2_.data(), MPI_FLOAT, MPI_COMM_WORLD, &request),
+          "MPI_Ialltoallv");
+    Complete(request, "MPI_Ialltoallv");
     float* slice = gathered_.data();  // rank 0's copy, then the others added in rank order
     for (int s = 1; s < size_; ++s) {
       const float* src = gathered_.data() + mine * s;
       for (int64_t i = 0; i < mine; ++i) slice[i] += src[i];
     }
     // Every rank's reduced slice back into data (counts_ / displs_ are the slices).
-    Check(MPI_Allgatherv(slice, ToInt(mine), MPI_FLOAT, data, counts_.data(), displs_.data(),
-                         MPI_FLOAT, MPI_COMM_WORLD),
-          "MPI_Allgatherv");
+    Check(MPI_Iallgatherv(slice, ToInt(mine), MPI_FLOAT, data, counts_.data(), displs_.data(),
+                          MPI_FLOAT, MPI_COMM_WORLD, &request),
+          "MPI_Iallgatherv");
+    Complete(request, "MPI_Iallgatherv");
   }
 
   void AllGather(const float* in, int64_t n, float* out) override {
-    Check(MPI_Allgather(in, ToInt(n), MPI_FLOAT, out, ToInt(n), MPI_FLOAT, MPI_COMM_WORLD),
-          "MPI_Allgather");
+    MPI_Request request;
+    Check(MPI_Iallgather(in, ToInt(n), MPI_FLOAT, out, ToInt(n), MPI_FLOAT, MPI_COMM_WORLD,
+                         &request),
+          "MPI_Iallgather");
+    Complete(request, "MPI_Iallgather");
   }
 
   void ReduceScatterSum(const float* in, int64_t n, float* out) override {
@@ -126,7 +132,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void WaitFrom(int s) override {
-    Check(MPI_Wait(&recv_requests_[s], MPI_STATUS_IGNORE), "MPI_Wait");
+    Complete(recv_requests_[s], "MPI_Wait");
   }
 
   void FinishAllToAllV() override {
@@ -148,6 +154,14 @@ class MpiCommunicator final : public Communicator {
   void Barrier() override { Check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 
  private:
+  // Waits for `request`, doing the rank's idle work while it is in flight.
+  void Complete(MPI_Request& request, const char* what) {
+    int done = 0;
+    Check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+    while (!done && DoIdleWork()) Check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+    if (!done) Check(MPI_Wait(&request, MPI_STATUS_IGNORE), what);
+  }
+
   int rank_ = 0, size_ = 1;
   std::vector<int> counts_, displs_, counts2_, displs2_;
   std::vector<float> gathered_;

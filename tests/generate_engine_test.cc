@@ -415,6 +415,7 @@ TEST_F(GenerateEngineTest, BenchLatencyAblationIsaAndTrace) {
   const std::vector<std::string> wanted = {
       "#1 shared expert overlapped with the routed ones", "#5 fused GDN decode step per key head",
       "#8/#9 greedy argmax in the forward (no full logits)",
+      "#12 next weights prefetched while ranks wait",
       "#15 fused all-reduce + residual add + RMSNorm", "#17 speculative decoding (mtp:1)"};
   EXPECT_EQ(names, wanted);
   ASSERT_EQ(bench["ablation_baseline_tpot_ms"].size(), 2u);  // one per round
