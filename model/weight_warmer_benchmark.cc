@@ -1,5 +1,6 @@
 // What case study #12 buys a rank: the matmul after a wait, with the wait spent idle or spent
 // prefetching the matmul's weights (WeightWarmer). Run: build/release/model/weight_warmer_benchmark
+// (MOESERVE_ISA=avx2 for the AVX2 kernels).
 //
 // Each iteration waits `wait_us` (as a rank waits for the link or a slower peer), then multiplies
 // one token by a cold copy of W (bf16 [1024, 2048], 4 MiB: copies far exceed the last-level
@@ -11,12 +12,14 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
 #include <cstdint>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "kernels/isa.h"
 #include "kernels/matmul.h"
 #include "model/weight_warmer.h"
 
@@ -77,4 +80,14 @@ BENCHMARK(BM_MatMulAfterWait)
 }  // namespace
 }  // namespace moeserve::model
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  if (const moeserve::Status isa = moeserve::kernels::SelectIsaFromEnvironment(); !isa.ok()) {
+    std::fprintf(stderr, "weight_warmer_benchmark: %s\n", isa.message().c_str());
+    return 2;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
