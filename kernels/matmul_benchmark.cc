@@ -16,7 +16,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -25,7 +24,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
-#include "kernels/isa.h"
+#include "kernels/benchmark_main.h"
 #include "kernels/matmul.h"
 #include "kernels/memory_bandwidth.h"
 #include "kernels/quantize.h"
@@ -101,18 +100,17 @@ const WeightCopies& GetWeights(DType dtype, int64_t N, int64_t K) {
 constexpr DType kDTypes[] = {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4, DType::kQ8A8,
                              DType::kQ4A8};
 
-// Args: N, K, M, dtype (0 bf16, 1 f32, 2 int8, 3 int4, 4 w8a8, 5 w4a8: kDTypes), threads.
-void BM_MatMul(benchmark::State& state) {
-  const int64_t N = state.range(0);
-  const int64_t K = state.range(1);
-  const int64_t M = state.range(2);
-  const DType dtype = kDTypes[state.range(3)];
-  ThreadPool pool(static_cast<size_t>(state.range(4)));
-
-  const WeightCopies& weights = GetWeights(dtype, N, K);
-  std::vector<float> x(static_cast<size_t>(M * K));
+// `num_jobs` products per call, each of M rows by its own cold copy of W [N, K] (kDTypes[dtype]):
+// one job through MatMul, several through MatMulGroup (as the MoE's experts run).
+void RunMatMuls(benchmark::State& state, int64_t num_jobs, int64_t N, int64_t K, int64_t M,
+                int64_t dtype, int64_t threads, bool group) {
+  ThreadPool pool(static_cast<size_t>(threads));
+  const WeightCopies& weights = GetWeights(kDTypes[dtype], N, K);
+  std::vector<float> x(static_cast<size_t>(num_jobs * M * K));
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 13) * 0.125f - 0.75f;
-  std::vector<float> y(static_cast<size_t>(M * N));
+  std::vector<float> y(static_cast<size_t>(num_jobs * M * N));
+  std::vector<Tensor> views(static_cast<size_t>(num_jobs));
+  std::vector<MatMulJob> jobs(static_cast<size_t>(num_jobs));
 
   // Measured now, on this pool, so that a change in machine load between benchmarks shows in
   // both numbers of the ratio.
@@ -123,18 +121,33 @@ void BM_MatMul(benchmark::State& state) {
   // GFLOP/s are plain numbers rather than per-second rates.
   const Stopwatch watch;
   for (auto _ : state) {
-    MatMul(x.data(), K, M, weights.copy(c), y.data(), N, pool);
+    for (int64_t j = 0; j < num_jobs; ++j) {
+      views[j] = weights.copy(c);
+      if (++c == weights.copies()) c = 0;
+      jobs[j] = {x.data() + j * M * K, K, M, &views[j], y.data() + j * M * N, N};
+    }
+    if (group) {
+      MatMulGroup(jobs.data(), num_jobs, pool);
+    } else {
+      MatMul(x.data(), K, M, views[0], y.data(), N, pool);
+    }
     benchmark::ClobberMemory();
-    if (++c == weights.copies()) c = 0;
   }
   const double seconds = std::max(watch.ElapsedSeconds(), 1e-9);
   const double calls = static_cast<double>(state.iterations());
-  const double bytes = static_cast<double>(weights.bytes());
+  const double bytes = static_cast<double>(weights.bytes() * num_jobs);
   state.SetBytesProcessed(static_cast<int64_t>(calls * bytes));
   state.counters["weight_GB/s"] = calls * bytes / seconds * 1e-9;
   state.counters["read_GB/s"] = read_gb_per_s;
   state.counters["roofline_ratio"] = calls * bytes / seconds * 1e-9 / read_gb_per_s;
-  state.counters["GFLOP/s"] = calls * 2.0 * static_cast<double>(M * N * K) / seconds * 1e-9;
+  state.counters["GFLOP/s"] =
+      calls * 2.0 * static_cast<double>(num_jobs * M * N * K) / seconds * 1e-9;
+}
+
+// Args: N, K, M, dtype (0 bf16, 1 f32, 2 int8, 3 int4, 4 w8a8, 5 w4a8: kDTypes), threads.
+void BM_MatMul(benchmark::State& state) {
+  RunMatMuls(state, 1, state.range(0), state.range(1), state.range(2), state.range(3),
+             state.range(4), /*group=*/false);
 }
 
 void MatMulArgs(benchmark::internal::Benchmark* b) {
@@ -156,40 +169,8 @@ BENCHMARK(BM_MatMul)->Apply(MatMulArgs)->UseRealTime()->Unit(benchmark::kMicrose
 // rows each. Shorter streams than BM_MatMul's, one after another on each thread.
 // Args: jobs, N, K, M, dtype (as BM_MatMul), threads.
 void BM_MatMulGroup(benchmark::State& state) {
-  const int64_t num_jobs = state.range(0);
-  const int64_t N = state.range(1);
-  const int64_t K = state.range(2);
-  const int64_t M = state.range(3);
-  const DType dtype = kDTypes[state.range(4)];
-  ThreadPool pool(static_cast<size_t>(state.range(5)));
-
-  const WeightCopies& weights = GetWeights(dtype, N, K);
-  std::vector<float> x(static_cast<size_t>(num_jobs * M * K));
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 13) * 0.125f - 0.75f;
-  std::vector<float> y(static_cast<size_t>(num_jobs * M * N));
-  std::vector<Tensor> views(static_cast<size_t>(num_jobs));
-  std::vector<MatMulJob> jobs(static_cast<size_t>(num_jobs));
-
-  const double read_gb_per_s = MeasureReadBandwidth(pool, size_t{256} << 20, 3).gb_per_s;
-
-  size_t c = 0;
-  const Stopwatch watch;
-  for (auto _ : state) {
-    for (int64_t j = 0; j < num_jobs; ++j) {
-      views[j] = weights.copy(c);
-      if (++c == weights.copies()) c = 0;
-      jobs[j] = {x.data() + j * M * K, K, M, &views[j], y.data() + j * M * N, N};
-    }
-    MatMulGroup(jobs.data(), num_jobs, pool);
-    benchmark::ClobberMemory();
-  }
-  const double seconds = std::max(watch.ElapsedSeconds(), 1e-9);
-  const double calls = static_cast<double>(state.iterations());
-  const double bytes = static_cast<double>(weights.bytes() * num_jobs);
-  state.SetBytesProcessed(static_cast<int64_t>(calls * bytes));
-  state.counters["weight_GB/s"] = calls * bytes / seconds * 1e-9;
-  state.counters["read_GB/s"] = read_gb_per_s;
-  state.counters["roofline_ratio"] = calls * bytes / seconds * 1e-9 / read_gb_per_s;
+  RunMatMuls(state, state.range(0), state.range(1), state.range(2), state.range(3),
+             state.range(4), state.range(5), /*group=*/true);
 }
 
 void MatMulGroupArgs(benchmark::internal::Benchmark* b) {
@@ -209,13 +190,6 @@ BENCHMARK(BM_MatMulGroup)->Apply(MatMulGroupArgs)->UseRealTime()->Unit(benchmark
 
 // MOESERVE_ISA=avx2 (etc.) measures that target's kernels, as it does for moeserve itself.
 int main(int argc, char** argv) {
-  if (const moeserve::Status isa = moeserve::kernels::SelectIsaFromEnvironment(); !isa.ok()) {
-    std::fprintf(stderr, "matmul_benchmark: %s\n", isa.message().c_str());
-    return 2;
-  }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return moeserve::kernels::BenchmarkMainWithIsa(argc, argv, "matmul_benchmark");
 }
+

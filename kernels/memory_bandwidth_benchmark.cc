@@ -1,8 +1,10 @@
 // Read throughput of ReadSum (SIMD, dynamic dispatch) against its scalar twin, from L1-resident
-// to DRAM-sized buffers. Run: build/release/kernels/memory_bandwidth_benchmark
+// to DRAM-sized buffers. Run: build/release/kernels/memory_bandwidth_benchmark (MOESERVE_ISA=avx2
+// for the AVX2 read)
 #include <benchmark/benchmark.h>
 
 #include "core/tensor.h"
+#include "kernels/benchmark_main.h"
 #include "kernels/memory_bandwidth.h"
 #include "kernels/ref/memory_bandwidth_ref.h"
 
@@ -34,4 +36,7 @@ BENCHMARK(BM_MeasureReadBandwidth)->Arg(1)->Arg(2)->Iterations(1)->Unit(benchmar
 }  // namespace
 }  // namespace moeserve::kernels
 
-BENCHMARK_MAIN();
+// MOESERVE_ISA=avx2 (etc.) times that target's SIMD read.
+int main(int argc, char** argv) {
+  return moeserve::kernels::BenchmarkMainWithIsa(argc, argv, "memory_bandwidth_benchmark");
+}

@@ -12,14 +12,13 @@
 
 #include <chrono>
 #include <cstddef>
-#include <cstdio>
 #include <cstdint>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
-#include "kernels/isa.h"
+#include "kernels/benchmark_main.h"
 #include "kernels/matmul.h"
 #include "model/weight_warmer.h"
 
@@ -81,13 +80,6 @@ BENCHMARK(BM_MatMulAfterWait)
 }  // namespace moeserve::model
 
 int main(int argc, char** argv) {
-  if (const moeserve::Status isa = moeserve::kernels::SelectIsaFromEnvironment(); !isa.ok()) {
-    std::fprintf(stderr, "weight_warmer_benchmark: %s\n", isa.message().c_str());
-    return 2;
-  }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return moeserve::kernels::BenchmarkMainWithIsa(argc, argv, "weight_warmer_benchmark");
 }
+
