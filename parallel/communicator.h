@@ -94,8 +94,7 @@ class Communicator {
   virtual void Barrier() = 0;
 
  protected:
-  // One step of the idle work; false when there is none (left).
-  bool DoIdleWork() { return idle_work_ != nullptr && idle_work_->Step(); }
+  // What the implementations' waits do (null: nothing).
   IdleWork* idle_work() const { return idle_work_; }
 
  private:

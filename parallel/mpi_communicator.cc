@@ -156,9 +156,12 @@ class MpiCommunicator final : public Communicator {
  private:
   // Waits for `request`, doing the rank's idle work while it is in flight.
   void Complete(MPI_Request& request, const char* what) {
+    IdleWork* idle = idle_work();
     int done = 0;
     Check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
-    while (!done && DoIdleWork()) Check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+    while (!done && idle != nullptr && idle->Step()) {
+      Check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+    }
     if (!done) Check(MPI_Wait(&request, MPI_STATUS_IGNORE), what);
   }
 
