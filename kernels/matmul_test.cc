@@ -326,6 +326,30 @@ HWY_NOINLINE void TestMatMulBatchInvariance() {
   }
 }
 
+HWY_NOINLINE void TestMatMulAcrossRowBlocks() {
+  // Rows long enough that M = 37 spans several of the row blocks that the passes over a W tile
+  // cover (kXBlockBytes, 512 KiB: 8 f32 rows of K = 16384, 32 quantized rows): every output must
+  // equal its computation alone, and the batch must match the reference.
+  constexpr int64_t kM = 37, kN = 13, kK = 16384;
+  static_assert(kM * kK > matmul_internal::kXBlockBytes, "int8 rows: more than one block");
+  uint32_t seed = 700;
+  for (DType dtype : kWeightDTypes) {
+    ++seed;
+    const std::string where = Where(dtype, kM, kN, kK);
+    Weights w(dtype, kN, kK, seed);
+    const Tensor W = w.view();
+    const std::vector<float> x = MakeX(kM, kK, kK, seed + 1);
+    std::vector<float> full = MakeY(kM, kN, kN);
+    Run(x.data(), kK, kM, W, 0, kN, full.data(), kN);
+    ExpectMatchesReference(full, kN, x.data(), kK, kM, W, where);
+    for (int64_t m = 0; m < kM; ++m) {
+      std::vector<float> one(kN);
+      Run(x.data() + m * kK, kK, 1, W, 0, kN, one.data(), kN);
+      EXPECT_TRUE(RowsIdentical(one.data(), full.data() + m * kN, kN)) << where << " m=" << m;
+    }
+  }
+}
+
 HWY_NOINLINE void TestMatMulStaysInBounds() {
   // Exact-size buffers: a read past W, x or y is out of bounds for AddressSanitizer in the asan
   // build. NaN-padded buffers: an over-read turns the result into NaN in every build. Every
@@ -494,6 +518,7 @@ namespace moeserve::kernels {
 HWY_BEFORE_TEST(MatMulTargetTest);
 HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestMatMulMatchesReference);
 HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestMatMulBatchInvariance);
+HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestMatMulAcrossRowBlocks);
 HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestMatMulStaysInBounds);
 HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestMatMulRangeWritesOnlyItsOutputs);
 HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestW8A8ExactlyMatchesReference);
