@@ -280,6 +280,17 @@ HWY_NOINLINE void TestMatMulMatchesReference() {
   EXPECT_EQ(cases, (4 * 13 + 5 + 3) * 7 * 6);
 }
 
+// Each of the M rows of `full` (y of x [M, K] against W's first N rows) equals, bit for bit, the
+// same row computed alone (M = 1).
+void ExpectEachRowMatchesAlone(const std::vector<float>& full, const float* x, int64_t K,
+                               int64_t M, const Tensor& W, int64_t N, const std::string& where) {
+  for (int64_t m = 0; m < M; ++m) {
+    std::vector<float> one(static_cast<size_t>(N));
+    Run(x + m * K, K, 1, W, 0, N, one.data(), N);
+    EXPECT_TRUE(RowsIdentical(one.data(), full.data() + m * N, N)) << where << " m=" << m;
+  }
+}
+
 HWY_NOINLINE void TestMatMulBatchInvariance() {
   // Each output computed inside a batch of 37 rows must equal, bit for bit, the same output
   // computed alone (M = 1), in any smaller batch at any offset, and in any split of n.
@@ -297,12 +308,7 @@ HWY_NOINLINE void TestMatMulBatchInvariance() {
       std::vector<float> full = MakeY(kM, kN, kN);
       Run(x.data(), K, kM, W, 0, kN, full.data(), kN);
 
-      // Alone.
-      for (int64_t m = 0; m < kM; ++m) {
-        std::vector<float> one(kN);
-        Run(x.data() + m * K, K, 1, W, 0, kN, one.data(), kN);
-        EXPECT_TRUE(RowsIdentical(one.data(), full.data() + m * kN, kN)) << where << " m=" << m;
-      }
+      ExpectEachRowMatchesAlone(full, x.data(), K, kM, W, kN, where);
       // Sub-batches of every size up to 9 and a few larger, at every offset that fits.
       for (int64_t batch : {2, 3, 4, 5, 6, 7, 8, 9, 13, 24, 36}) {
         for (int64_t m0 = 0; m0 + batch <= kM; m0 += 5) {
@@ -342,11 +348,7 @@ HWY_NOINLINE void TestMatMulAcrossRowBlocks() {
     std::vector<float> full = MakeY(kM, kN, kN);
     Run(x.data(), kK, kM, W, 0, kN, full.data(), kN);
     ExpectMatchesReference(full, kN, x.data(), kK, kM, W, where);
-    for (int64_t m = 0; m < kM; ++m) {
-      std::vector<float> one(kN);
-      Run(x.data() + m * kK, kK, 1, W, 0, kN, one.data(), kN);
-      EXPECT_TRUE(RowsIdentical(one.data(), full.data() + m * kN, kN)) << where << " m=" << m;
-    }
+    ExpectEachRowMatchesAlone(full, x.data(), kK, kM, W, kN, where);
   }
 }
 
