@@ -276,7 +276,6 @@ HWY_INLINE void ForEachPass(size_t M, size_t n_begin, size_t n_end, TileShape sh
   }
 }
 
-
 // One tile: outputs y[i, r] for i < kM, r < kRows (y row i at y + i * y_stride), from x rows
 // x + i * x_stride and W rows n0 + r of `fmt`. x_tail [kM, L] and w_tail [kRows, L] hold the last
 // K % L elements of each row, zero-padded to L lanes (unused when L divides K).
