@@ -2,6 +2,7 @@
 // bound and /health answers (503) before the weights load, as vLLM's does; then the engine loop
 // starts and /health turns 200. SIGINT / SIGTERM stop accepting (503), give what is in flight
 // --shutdown-timeout seconds to finish, abort the rest and exit 0.
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -11,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "cli/commands.h"
@@ -38,6 +40,8 @@ struct Options {
   std::string served_model_name;
   std::string chat_template;
   int64_t max_body_mib = 16;
+  std::string allowed_origins;
+  int64_t max_connections = 8192;
   int64_t max_waiting_requests = 0;
   int64_t shutdown_timeout = 0;
   bool no_ui = false;
@@ -50,7 +54,18 @@ int Run(const Options& o) {
   if (o.port < 0 || o.port > 65535) {
     return UsageError(kCommand, InvalidArgument("--port: must be in [0, 65535]"));
   }
-  if (o.max_body_mib < 1) return UsageError(kCommand, InvalidArgument("--max-body-mib: >= 1"));
+  if (o.max_body_mib < 1 || o.max_body_mib > 4096) {
+    return UsageError(kCommand, InvalidArgument("--max-body-mib: must be in [1, 4096]"));
+  }
+  if (o.max_connections < 1 || o.max_connections > 1'000'000) {
+    return UsageError(kCommand, InvalidArgument("--max-connections: must be in [1, 1000000]"));
+  }
+  for (unsigned char c : o.api_key) {
+    if (c < 0x21 || c == 0x7f) {
+      return UsageError(kCommand,
+                        InvalidArgument("--api-key: spaces and control bytes are not allowed"));
+    }
+  }
   if (o.shutdown_timeout < 0 || o.shutdown_timeout > 86400) {
     return UsageError(kCommand, InvalidArgument("--shutdown-timeout: must be in [0, 86400] s"));
   }
@@ -95,6 +110,12 @@ int Run(const Options& o) {
   Result<GenerationConfig> generation_config = LoadGenerationConfig(*dir);
   if (!generation_config.ok()) return RuntimeError(kCommand, generation_config.status());
 
+  // glibc gives each thread that allocates under contention an arena of its own (up to 8 per
+  // core), and memory freed in one is not returned while any of it is in use: the handlers' and
+  // the engine's threads share a few, so a hostile burst does not leave memory stranded in
+  // dozens (docs/reliability.md).
+  mallopt(M_ARENA_MAX, 4);
+
   // The signals are taken by sigwait below: blocked here, before any thread starts, so that
   // every thread inherits the mask. SIGPIPE is ignored: a client gone is a failed write.
   sigset_t stop_signals;
@@ -112,7 +133,17 @@ int Run(const Options& o) {
   options.served_model_name = o.served_model_name.empty() ? *dir : o.served_model_name;
   options.model_root = *dir;
   options.vocab_size = config->vocab_size;
-  options.max_body_bytes = static_cast<size_t>(o.max_body_mib) << 20;
+  options.http.max_body_bytes = static_cast<size_t>(o.max_body_mib) << 20;
+  options.http.max_connections = static_cast<size_t>(o.max_connections);
+  for (std::string_view rest = o.allowed_origins; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    std::string_view origin = rest.substr(0, comma);
+    while (!origin.empty() && origin.front() == ' ') origin.remove_prefix(1);
+    while (!origin.empty() && origin.back() == ' ') origin.remove_suffix(1);
+    while (origin.ends_with('/')) origin.remove_suffix(1);
+    if (!origin.empty()) options.allowed_origins.emplace_back(origin);
+    rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
+  }
   options.max_waiting_requests = o.max_waiting_requests;
   options.ui = !o.no_ui;
   if (const engine::SpecConfig spec = o.engine.ToConfig().spec; spec.enabled()) {
@@ -182,7 +213,15 @@ int RunServe(const std::vector<std::string>& args) {
                "the model name of requests and /v1/models (default: the --model path)");
   flags.String("chat-template", &o.chat_template,
                "a Jinja chat template file instead of tokenizer_config.json's");
-  flags.Int("max-body-mib", &o.max_body_mib, "larger request bodies are refused (413)");
+  flags.Int("max-body-mib", &o.max_body_mib,
+            "larger request bodies are refused (413), chunked or not, before they are read");
+  flags.String("allowed-origins", &o.allowed_origins,
+               "comma-separated web origins (http://host:port, or *) whose pages may call the "
+               "API besides the server's own chat page (other cross-origin requests get a 403); "
+               "without --api-key their host names are also served as Host, besides loopback "
+               "names and --host");
+  flags.Int("max-connections", &o.max_connections,
+            "connections held at once; more are closed as soon as they are accepted");
   flags.Int("shutdown-timeout", &o.shutdown_timeout,
             "on SIGTERM / SIGINT, seconds the requests in flight have to finish (new ones get "
             "503) before the rest are aborted (0: abort at once)");

@@ -10,7 +10,13 @@ find_package(benchmark REQUIRED)                # libbenchmark-dev
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)   # libpcre2-dev (tokenizer)
 find_package(MPI COMPONENTS CXX)                # libopenmpi-dev (parallel, optional for now)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)  # libutf8proc-dev (NFC)
-pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # libcpp-httplib-dev (server)
+# The server's HTTP front: Boost.Beast over Boost.Asio, header-only (libboost-dev;
+# docs/reliability.md says why). Asio without the deprecated io_service names.
+find_package(Boost 1.74 REQUIRED)
+set_property(TARGET Boost::headers APPEND PROPERTY
+             INTERFACE_COMPILE_DEFINITIONS BOOST_ASIO_NO_DEPRECATED)
+# HTTP clients: bench serve and the tests (libcpp-httplib-dev).
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 # httplib's listen backlog is 5: a burst of clients connecting at once (bench serve, 32 streams)
 # overflows it and their connections fail. Every user of the header must agree on the value.
 set_property(TARGET PkgConfig::HTTPLIB APPEND PROPERTY

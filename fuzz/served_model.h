@@ -34,7 +34,8 @@ struct ServedModel {
             .max_model_len = max_model_len,
             .default_params = options.default_params,
             .extra_eos_ids = options.extra_eos_ids,
-            .max_tokens_cap = options.max_tokens_cap};
+            .max_tokens_cap = options.max_tokens_cap,
+            .limits = options.request_limits};
   }
 };
 

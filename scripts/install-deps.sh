@@ -12,7 +12,8 @@ packages=(
   nlohmann-json3-dev libfmt-dev           # JSON, formatting
   libgtest-dev libbenchmark-dev           # tests, benchmarks (the build configures them)
   libpcre2-dev libutf8proc-dev            # tokenizer: regex with Unicode properties, NFC
-  libcpp-httplib-dev                      # server
+  libboost-dev                            # server: Boost.Beast / Asio (HTTP front)
+  libcpp-httplib-dev                      # HTTP clients: bench serve, tests
   libopenmpi-dev openmpi-bin              # ranks across processes and machines
   curl                                    # scripts/run.sh: the example request
 )

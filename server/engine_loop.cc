@@ -32,7 +32,7 @@ void Channel::Publish(size_t choice, std::span<const int32_t> tokens,
     }
     news_ = true;
   }
-  cv_.notify_all();
+  Notify();
 }
 
 void Channel::PublishPromptLogprobs(size_t choice, std::span<const engine::SampledToken> logprobs) {
@@ -42,7 +42,12 @@ void Channel::PublishPromptLogprobs(size_t choice, std::span<const engine::Sampl
     choices_[choice].has_prompt_logprobs = true;
     news_ = true;
   }
+  Notify();
+}
+
+void Channel::Notify() {
   cv_.notify_all();
+  if (on_news_) on_news_();
 }
 
 void Channel::Fail(const Status& status) {
@@ -51,7 +56,7 @@ void Channel::Fail(const Status& status) {
     if (error_.ok()) error_ = status;
     news_ = true;
   }
-  cv_.notify_all();
+  Notify();
 }
 
 // ---- EngineLoop ----
@@ -62,8 +67,9 @@ EngineLoop::EngineLoop(std::unique_ptr<engine::Engine> engine)
 EngineLoop::~EngineLoop() { Stop(); }
 
 std::shared_ptr<Channel> EngineLoop::Submit(std::vector<ChoiceInput> choices,
-                                            int64_t max_waiting) {
-  auto channel = std::make_shared<Channel>(choices.size());
+                                            int64_t max_waiting,
+                                            std::function<void()> on_news) {
+  auto channel = std::make_shared<Channel>(choices.size(), std::move(on_news));
   {
     std::lock_guard lock(mu_);
     if (stop_ || !accepting_ || !healthy_) {

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -48,7 +49,11 @@ struct ChoiceInput {
 // handler thread.
 class Channel {
  public:
-  explicit Channel(size_t num_choices) : choices_(num_choices) {}
+  // `on_news`, when given, is called after every Publish, PublishPromptLogprobs and Fail, outside
+  // the channel's lock, on the thread that published (the loop's, or Submit's caller for a
+  // refusal): an event-driven reader's wake-up, which must not block.
+  explicit Channel(size_t num_choices, std::function<void()> on_news = {})
+      : choices_(num_choices), on_news_(std::move(on_news)) {}
 
   // Waits up to `timeout` for news, then moves it into *updates (one per choice; empty ones
   // when nothing happened). Returns the request's error, if the engine refused or failed it.
@@ -71,9 +76,12 @@ class Channel {
   }
 
  private:
+  void Notify();
+
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<ChoiceUpdate> choices_;  // news per choice since the last Wait
+  const std::function<void()> on_news_;
   Status error_;
   bool news_ = false;
 };
@@ -88,7 +96,9 @@ class EngineLoop {
   // (AddRequest's error) arrives on the channel. With max_waiting > 0, a request whose choices
   // would make more than max_waiting engine requests wait (queued here or in the scheduler's
   // waiting queue) is refused at once: its channel fails Unavailable (a 503).
-  std::shared_ptr<Channel> Submit(std::vector<ChoiceInput> choices, int64_t max_waiting = 0);
+  // `on_news`: the channel's wake-up (Channel's constructor).
+  std::shared_ptr<Channel> Submit(std::vector<ChoiceInput> choices, int64_t max_waiting = 0,
+                                  std::function<void()> on_news = {});
   // Ends every unfinished choice of the channel's request (a client gone: kAbort; a stop string
   // found: kStop). Harmless when they have finished.
   void Abort(const std::shared_ptr<Channel>& channel,

@@ -17,6 +17,21 @@ ChoiceState::ChoiceState(const tokenizer::Tokenizer& tok, const engine::Sampling
       stop(p.stop),
       stop_token_ids(p.stop_token_ids) {}
 
+std::vector<ChoiceInput> GenerationJob::Start(CheckedRequest checked) {
+  const std::vector<engine::SamplingParams> fanned = engine::FanOut(checked.request.params);
+  std::vector<ChoiceInput> inputs;
+  for (size_t p = 0; p < checked.prompts.size(); ++p) {
+    for (const engine::SamplingParams& params : fanned) {
+      choices.emplace_back(*tok, params, p);
+      inputs.push_back({checked.prompts[p], params});
+    }
+  }
+  request = std::move(checked.request);
+  prompts = std::move(checked.prompts);
+  prompt_texts = std::move(checked.prompt_texts);
+  return inputs;
+}
+
 bool GenerationJob::finished() const {
   for (const ChoiceState& c : choices) {
     if (!c.finished) return false;

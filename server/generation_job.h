@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "server/engine_loop.h"
 #include "server/openai_json.h"
+#include "server/request_check.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -63,6 +64,11 @@ struct GenerationJob {
   std::vector<ChoiceState> choices;  // n per prompt: choice p * n + j is prompt p's j-th
   bool stream_started = false;
   bool stream_done = false;
+
+  // Takes the checked request: fills `choices` (n per prompt, in vLLM's order: choice p * n + j
+  // is prompt p's j-th) and returns the engine's inputs, one per choice, for EngineLoop::Submit.
+  // Runs on the handler's thread: whatever a request costs to prepare is paid here.
+  std::vector<ChoiceInput> Start(CheckedRequest checked);
 
   bool finished() const;
   int64_t prompt_tokens() const;

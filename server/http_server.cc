@@ -1,17 +1,13 @@
 #include "server/http_server.h"
 
 #include <fmt/format.h>
-#include <httplib.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <ctime>
-#include <deque>
 #include <functional>
-#include <mutex>
 #include <nlohmann/json.hpp>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -21,7 +17,6 @@
 #include "server/chat_page.h"
 #include "server/generation_job.h"
 #include "server/openai_json.h"
-#include "server/peer_watch.h"
 #include "server/request_check.h"
 
 namespace moeserve::server {
@@ -29,138 +24,141 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// How long a handler waits for tokens before it looks at its connection again.
-constexpr auto kPollInterval = 50ms;
+// Handler threads: enough that a slow request's preparation (a long prompt to encode, a chat
+// template to render) leaves others room; the engine has the cores.
+constexpr size_t kHandlerThreads = 4;
 
-void SendError(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  res.set_content(e.Body(), "application/json");
+// Longest piece of a client's header echoed in an error message.
+constexpr size_t kMaxEcho = 200;
+
+HttpResponse ErrorResponse(const ApiError& e) {
+  return {.status = e.status, .content_type = "application/json", .headers = {}, .body = e.Body()};
 }
 
-void SendJson(httplib::Response& res, const ordered_json& body) {
-  res.status = 200;
-  res.set_content(Dump(body), "application/json");
+HttpResponse JsonResponse(const ordered_json& body) {
+  return {.status = 200, .content_type = "application/json", .headers = {}, .body = Dump(body)};
 }
 
-// httplib's own pool has a fixed number of threads, and a connection holds its thread for as long
-// as it lives (a stream for its whole generation, an idle keep-alive until its timeout): with more
-// clients than threads the rest would wait for a thread. Here each connection gets a thread of
-// its own, as an asyncio server gives each request a task; past kMaxThreads connections wait.
-class ThreadPerConnection final : public httplib::TaskQueue {
+std::string Echo(std::string_view s) {
+  return s.size() <= kMaxEcho ? std::string(s) : std::string(s.substr(0, kMaxEcho)) + "...";
+}
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+// The host of a Host header value or of an origin's authority: "[::1]:8000" -> "::1",
+// "Example.com:80" -> "example.com".
+std::string HostName(std::string_view authority) {
+  if (!authority.empty() && authority.front() == '[') {
+    const size_t end = authority.find(']');
+    return Lower(authority.substr(1, end == std::string_view::npos ? end : end - 1));
+  }
+  const size_t colon = authority.find(':');
+  return Lower(authority.substr(0, colon));
+}
+
+bool IsIpv4(std::string_view host) {
+  int parts = 0;
+  for (size_t i = 0; i <= host.size();) {
+    size_t j = i;
+    while (j < host.size() && std::isdigit(static_cast<unsigned char>(host[j]))) ++j;
+    if (j == i || j - i > 3) return false;
+    ++parts;
+    if (j == host.size()) break;
+    if (host[j] != '.') return false;
+    i = j + 1;
+  }
+  return parts == 4;
+}
+
+bool IsIpLiteral(std::string_view host) {
+  return IsIpv4(host) || host.find(':') != std::string_view::npos;
+}
+
+// Names a browser only ever resolves to this machine (RFC 6761: *.localhost too).
+bool IsLoopbackName(std::string_view host) {
+  return host == "localhost" || host.ends_with(".localhost") || host == "::1" ||
+         (IsIpv4(host) && host.starts_with("127."));
+}
+
+// "Bearer KEY" with the scheme in any case (RFC 7235) and the key compared in constant time; a
+// key with control bytes never matches.
+bool BearerMatches(std::string_view header, std::string_view key) {
+  constexpr std::string_view kScheme = "bearer";
+  if (header.size() <= kScheme.size() || Lower(header.substr(0, kScheme.size())) != kScheme) {
+    return false;
+  }
+  std::string_view given = header.substr(kScheme.size());
+  if (given.front() != ' ' && given.front() != '\t') return false;
+  while (!given.empty() && (given.front() == ' ' || given.front() == '\t')) given.remove_prefix(1);
+  while (!given.empty() && (given.back() == ' ' || given.back() == '\t')) given.remove_suffix(1);
+  for (unsigned char c : given) {
+    if (c < 0x20 || c == 0x7f) return false;
+  }
+  if (given.size() != key.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < key.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ key[i]);
+  return diff == 0;
+}
+
+// A generation in flight as the HTTP front polls it: SSE events, or the whole answer at the end.
+class GenerationSource final : public ResponseSource {
  public:
-  static constexpr size_t kMaxThreads = 1024;
+  explicit GenerationSource(std::shared_ptr<GenerationJob> job) : job_(std::move(job)) {}
 
-  void enqueue(std::function<void()> fn) override {
-    std::lock_guard lock(mu_);
-    if (running_ == kMaxThreads) {
-      waiting_.push_back(std::move(fn));
-      return;
+  bool streaming() const override { return job_->request.stream; }
+
+  Progress Poll() override {
+    Progress p;
+    if (streaming()) {
+      p.events = job_->NextEvents(0ms);
+      p.done = job_->stream_done;
+      return p;
     }
-    ++running_;
-    std::thread([this, first = std::move(fn)]() mutable {
-      std::function<void()> fn = std::move(first);
-      for (;;) {
-        fn();
-        fn = nullptr;
-        std::lock_guard lock(mu_);
-        if (waiting_.empty()) {
-          if (--running_ == 0) idle_.notify_all();
-          return;  // nothing of *this is touched after the unlock
-        }
-        fn = std::move(waiting_.front());
-        waiting_.pop_front();
-      }
-    }).detach();
+    std::vector<Delta> deltas;
+    if (Status s = job_->Pull(0ms, &deltas); !s.ok()) {
+      p.response = ErrorResponse(ToApiError(s));
+    } else if (job_->finished()) {
+      p.response = JsonResponse(job_->Response());
+    }
+    return p;
   }
 
-  // Waits for every connection's thread to end (httplib stops them from reading first).
-  void shutdown() override {
-    std::unique_lock lock(mu_);
-    idle_.wait(lock, [&] { return running_ == 0; });
+  void Abort() override {
+    if (job_->finished()) return;
+    LogInfo("server: {}: the client hung up before its answer was complete (client gone): "
+            "aborting",
+            job_->id);
+    job_->loop->Abort(job_->channel);
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable idle_;
-  size_t running_ = 0;
-  std::deque<std::function<void()>> waiting_;
-};
-
-// httplib's server with its per-connection request processing reachable: ServeBytes hands it a
-// connection held in memory.
-class RoutingServer final : public httplib::Server {
- public:
-  using httplib::Server::process_request;
-};
-
-// One connection's bytes in memory: reads come from `in`, writes go to *out.
-class MemoryStream final : public httplib::Stream {
- public:
-  MemoryStream(std::string_view in, std::string* out) : in_(in), out_(out) {}
-
-  bool is_readable() const override { return position_ < in_.size(); }
-  bool is_writable() const override { return true; }
-  ssize_t read(char* ptr, size_t size) override {
-    size = std::min(size, in_.size() - position_);
-    std::copy_n(in_.data() + position_, size, ptr);
-    position_ += size;
-    return static_cast<ssize_t>(size);
-  }
-  ssize_t write(const char* ptr, size_t size) override {
-    out_->append(ptr, size);
-    return static_cast<ssize_t>(size);
-  }
-  void get_remote_ip_and_port(std::string& ip, int& port) const override {
-    ip = "127.0.0.1";
-    port = 0;  // no TCP connection: the hang-up check finds none and never aborts
-  }
-  void get_local_ip_and_port(std::string& ip, int& port) const override {
-    ip = "127.0.0.1";
-    port = 0;
-  }
-  socket_t socket() const override { return INVALID_SOCKET; }
-
- private:
-  std::string_view in_;
-  size_t position_ = 0;
-  std::string* out_;
+  std::shared_ptr<GenerationJob> job_;
 };
 
 }  // namespace
 
-struct HttpServer::Impl {
+struct HttpServer::Impl final : HttpRouter {
   ServerOptions options;
   const tokenizer::Tokenizer& tok;
   std::optional<tokenizer::ChatTemplate> chat_template;
-  RoutingServer http;
   std::atomic<EngineLoop*> loop{nullptr};
   const int64_t created = std::time(nullptr);
+  HttpFront front;
 
   Impl(ServerOptions o, const tokenizer::Tokenizer& t, std::optional<tokenizer::ChatTemplate> c)
-      : options(std::move(o)), tok(t), chat_template(std::move(c)) {}
+      : options(std::move(o)),
+        tok(t),
+        chat_template(std::move(c)),
+        front(options.http, *this, kHandlerThreads) {}
 
   int64_t max_model_len() const {
     EngineLoop* l = loop.load();
     return l != nullptr ? l->layout().max_model_len : 0;
-  }
-
-  // The engine loop when it can take requests; otherwise answers 503 and returns null.
-  EngineLoop* ReadyLoop(httplib::Response& res) {
-    EngineLoop* l = loop.load();
-    if (l == nullptr || !l->healthy()) {
-      SendError(res, {503, l == nullptr ? "the model is still loading" : "the engine failed", ""});
-      return nullptr;
-    }
-    return l;
-  }
-
-  // vLLM's --api-key: every /v1 route needs "Authorization: Bearer <key>".
-  bool Authorized(const httplib::Request& req, httplib::Response& res) const {
-    if (options.api_key.empty()) return true;
-    if (req.get_header_value("Authorization") == "Bearer " + options.api_key) return true;
-    res.status = 401;
-    res.set_content(R"({"error":"Unauthorized"})", "application/json");
-    return false;
   }
 
   // What the request checks need, as of now (max_model_len is the engine's).
@@ -172,33 +170,188 @@ struct HttpServer::Impl {
             .max_model_len = max_model_len(),
             .default_params = options.default_params,
             .extra_eos_ids = options.extra_eos_ids,
-            .max_tokens_cap = options.max_tokens_cap};
+            .max_tokens_cap = options.max_tokens_cap,
+            .limits = options.request_limits};
   }
 
-  // The body as a JSON object, or a 400 sent.
-  std::optional<json> Body(const httplib::Request& req, httplib::Response& res) const {
-    Result<json> body = ParseRequestBody(req.body);
-    if (!body.ok()) {
-      SendError(res, {400, body.status().message(), ""});
-      return std::nullopt;
+  // ---- Checks on the header ----
+
+  // Without an API key, a page the user visits must not reach this server by a name of its
+  // own (DNS rebinding): the Host must be a loopback name or the address bound. Bound to every
+  // address (0.0.0.0, ::), any IP literal is this machine's; a DNS name still is not.
+  // A name the user lets in by --allowed-origins (the server reached as http://name:port, or "*")
+  // is served too.
+  bool HostAllowed(std::string_view host_header) const {
+    const std::string host = HostName(host_header);
+    if (IsLoopbackName(host) || host == Lower(options.host)) return true;
+    const bool any_address = options.host == "0.0.0.0" || options.host == "::";
+    if (any_address && IsIpLiteral(host)) return true;
+    for (const std::string& allowed : options.allowed_origins) {
+      const size_t scheme = allowed.find("://");
+      if (allowed == "*" ||
+          (scheme != std::string::npos && HostName(allowed.substr(scheme + 3)) == host)) {
+        return true;
+      }
     }
-    return std::move(*body);
+    return false;
   }
 
-  void HandleGeneration(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
-    if (!Authorized(req, res)) return;
-    std::optional<json> body = Body(req, res);
-    if (!body) return;
+  // The server's own origin (the Origin names the Host the request was sent to), or one of
+  // --allowed-origins.
+  bool OriginAllowed(std::string_view origin, std::optional<std::string_view> host) const {
+    for (const std::string& allowed : options.allowed_origins) {
+      if (allowed == "*" || Lower(allowed) == Lower(origin)) return true;
+    }
+    constexpr std::string_view kHttp = "http://";
+    return host && origin.size() > kHttp.size() && Lower(origin.substr(0, kHttp.size())) == kHttp &&
+           Lower(origin.substr(kHttp.size())) == Lower(*host);
+  }
+
+  std::optional<HttpResponse> CheckHeader(const HttpRequest& req) override {
+    const std::optional<std::string_view> host = req.Header("Host");
+    if (options.api_key.empty() && host && !HostAllowed(*host)) {
+      return ErrorResponse({403,
+                            fmt::format("Host \"{}\" is not this server's (it serves {} and "
+                                        "loopback names; --allowed-origins http://NAME:PORT "
+                                        "adds a name; with --api-key any Host is served)",
+                                        Echo(*host), options.host),
+                            ""});
+    }
+    if (const std::optional<std::string_view> origin = req.Header("Origin");
+        origin && !OriginAllowed(*origin, host)) {
+      return ErrorResponse(
+          {403,
+           fmt::format("cross-origin request from \"{}\" refused (--allowed-origins)", Echo(*origin)),
+           ""});
+    }
+    // vLLM's --api-key: every /v1 route needs "Authorization: Bearer <key>".
+    if (!options.api_key.empty() && req.path.starts_with("/v1") && req.method != "OPTIONS") {
+      const std::optional<std::string_view> auth = req.Header("Authorization");
+      if (!auth || !BearerMatches(*auth, options.api_key)) {
+        return HttpResponse{.status = 401,
+                            .content_type = "application/json",
+                            .headers = {},
+                            .body = R"({"error":"Unauthorized"})"};
+      }
+    }
+    return std::nullopt;
+  }
+
+  // ---- Routes ----
+
+  bool Inline(const HttpRequest& req) const override {
+    return req.method == "GET" || req.method == "OPTIONS";
+  }
+
+  HttpResponse Error(int status, std::string message) const override {
+    return ErrorResponse({status, std::move(message), ""});
+  }
+
+  // A burst of large requests leaves freed memory in glibc's arenas, which keeps it from the
+  // system: hand it back once nothing is in flight.
+  void Idle() override { malloc_trim(0); }
+
+  RouteResult Handle(const HttpRequest& req, std::function<void()> wake) override {
+    RouteResult r;
+    try {
+      r = Route(req, std::move(wake));
+    } catch (const std::exception& e) {
+      r = {ErrorResponse({500, e.what(), ""}), nullptr};
+    }
+    // A page of another origin that --allowed-origins lets in may read the answer (CORS).
+    if (const std::optional<std::string_view> origin = req.Header("Origin")) {
+      r.response.headers.emplace_back("Access-Control-Allow-Origin", std::string(*origin));
+      r.response.headers.emplace_back("Vary", "Origin");
+    }
+    return r;
+  }
+
+  RouteResult Route(const HttpRequest& req, std::function<void()> wake) {
+    const std::string& path = req.path;
+    const bool get = req.method == "GET";
+    const bool post = req.method == "POST";
+    if (req.method == "OPTIONS") return {Preflight(), nullptr};
+    if (path == "/v1/completions" && post) return HandleGeneration(req, Endpoint::kCompletions, wake);
+    if (path == "/v1/chat/completions" && post) return HandleGeneration(req, Endpoint::kChat, wake);
+    if (path == "/tokenize" && post) return {HandleTokenize(req), nullptr};
+    if (path == "/detokenize" && post) return {HandleDetokenize(req), nullptr};
+    if (path == "/v1/models" && get) return {Models(), nullptr};
+    if (path == "/health" && get) {
+      EngineLoop* l = loop.load();
+      HttpResponse health;
+      health.status = l != nullptr && l->healthy() ? 200 : 503;
+      return {health, nullptr};
+    }
+    // vLLM's Prometheus endpoint: outside /v1, so no API key.
+    if (path == "/metrics" && get) {
+      EngineLoop* l = loop.load();
+      return {{.status = 200,
+               .content_type = "text/plain; version=0.0.4; charset=utf-8",
+               .headers = {},
+               .body = l != nullptr ? l->metrics().Render(options.served_model_name) : ""},
+              nullptr};
+    }
+    if (path == "/version" && get) return {JsonResponse({{"version", MOESERVE_VERSION}}), nullptr};
+    if (path == "/" && get && options.ui) return {ChatPage(), nullptr};
+    const bool known = path == "/v1/completions" || path == "/v1/chat/completions" ||
+                       path == "/tokenize" || path == "/detokenize" || path == "/v1/models" ||
+                       path == "/health" || path == "/metrics" || path == "/version" ||
+                       (path == "/" && options.ui);
+    if (known) return {ErrorResponse({405, "method not allowed", ""}), nullptr};
+    return {ErrorResponse({404, "no such route", ""}), nullptr};
+  }
+
+  // A browser's CORS preflight: origins CheckHeader let through may send JSON with a key.
+  static HttpResponse Preflight() {
+    return {.status = 204,
+            .content_type = "",
+            .headers = {{"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
+                        {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
+                        {"Access-Control-Max-Age", "600"}},
+            .body = ""};
+  }
+
+  HttpResponse Models() const {
+    ordered_json model = {{"id", options.served_model_name},
+                          {"object", "model"},
+                          {"created", created},
+                          {"owned_by", "vllm"},
+                          {"root", options.model_root},
+                          {"parent", nullptr},
+                          {"max_model_len", max_model_len()},
+                          {"permission", ordered_json::array()}};
+    return JsonResponse({{"object", "list"}, {"data", ordered_json::array({model})}});
+  }
+
+  // The chat page (server/ui/chat.html): outside /v1, so no key -- the page asks for it. Its
+  // policy lets it run its own inline script and talk to this server only.
+  HttpResponse ChatPage() const {
+    return {.status = 200,
+            .content_type = "text/html; charset=utf-8",
+            .headers = {{"Content-Security-Policy",
+                         "default-src 'none'; script-src 'unsafe-inline'; style-src "
+                         "'unsafe-inline'; connect-src 'self'; img-src 'self' data:; "
+                         "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"},
+                        {"X-Content-Type-Options", "nosniff"},
+                        {"Cache-Control", "no-store"}},
+            .body = RenderChatPage(options, max_model_len())};
+  }
+
+  RouteResult HandleGeneration(const HttpRequest& req, Endpoint endpoint,
+                               std::function<void()> wake) {
+    Result<json> body = ParseRequestBody(req.body);
+    if (!body.ok()) return {ErrorResponse({400, body.status().message(), ""}), nullptr};
     // The engine's max_model_len is needed for the checks: wait for it.
-    EngineLoop* l = ReadyLoop(res);
-    if (l == nullptr) return;
+    EngineLoop* l = loop.load();
+    if (l == nullptr || !l->healthy()) {
+      return {ErrorResponse(
+                  {503, l == nullptr ? "the model is still loading" : "the engine failed", ""}),
+              nullptr};
+    }
     CheckedRequest checked;
     if (std::optional<ApiError> e = CheckGenerationRequest(Context(), *body, endpoint, &checked)) {
-      SendError(res, *e);
-      return;
+      return {ErrorResponse(*e), nullptr};
     }
-    GenerationRequest& r = checked.request;
-    std::vector<std::vector<int32_t>>& prompts = checked.prompts;
     auto job = std::make_shared<GenerationJob>();
     job->endpoint = endpoint;
     job->id = NewRequestId(endpoint);
@@ -206,72 +359,26 @@ struct HttpServer::Impl {
     job->model = options.served_model_name;
     job->loop = l;
     job->tok = &tok;
-    // n choices per prompt, in vLLM's order: choice p * n + j.
-    const std::vector<engine::SamplingParams> fanned = engine::FanOut(r.params);
-    std::vector<ChoiceInput> inputs;
-    for (size_t p = 0; p < prompts.size(); ++p) {
-      for (const engine::SamplingParams& params : fanned) {
-        job->choices.emplace_back(tok, params, p);
-        inputs.push_back({prompts[p], params});
-      }
-    }
-    job->request = std::move(r);
-    job->prompts = std::move(prompts);
-    job->prompt_texts = std::move(checked.prompt_texts);
-    job->channel = l->Submit(std::move(inputs), options.max_waiting_requests);
+    std::vector<ChoiceInput> inputs = job->Start(std::move(checked));
+    job->channel = l->Submit(std::move(inputs), options.max_waiting_requests, std::move(wake));
     if (Status refused = job->channel->error(); !refused.ok()) {  // before any byte is sent
-      SendError(res, ToApiError(refused));
-      return;
+      return {ErrorResponse(ToApiError(refused)), nullptr};
     }
-
-    if (!job->request.stream) {
-      // httplib finds a closed connection only when it writes, which a non-streaming answer
-      // does once, at the end: the kernel's TCP table tells a client that hung up meanwhile.
-      std::vector<Delta> deltas;
-      while (!job->finished()) {
-        if (Status s = job->Pull(kPollInterval * 4, &deltas); !s.ok()) {
-          SendError(res, ToApiError(s));
-          return;
-        }
-        if (!job->finished() && PeerHungUp(req.local_port, req.remote_addr, req.remote_port)) {
-          LogInfo("server: {}: the client hung up before its answer (client gone): aborting",
-                  job->id);
-          job->loop->Abort(job->channel);
-          return;
-        }
-      }
-      SendJson(res, job->Response());
-      return;
+    HttpResponse head;
+    if (job->request.stream) {
+      head = {.status = 200,
+              .content_type = "text/event-stream",
+              .headers = {{"Cache-Control", "no-cache"}},
+              .body = ""};
     }
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [job](size_t, httplib::DataSink& sink) {
-          if (job->stream_done) {
-            sink.done();
-            return true;
-          }
-          const std::string events = job->NextEvents(kPollInterval);
-          // A failed write or a closed socket is a client gone: false ends the response, and
-          // the releaser aborts the request.
-          if (!events.empty() && !sink.write(events.data(), events.size())) return false;
-          if (job->stream_done) sink.done();
-          return sink.is_writable();
-        },
-        [job](bool success) {
-          if (!success || !job->finished()) {
-            LogInfo("server: {} ended before it finished (client gone or shutdown): aborting",
-                    job->id);
-            job->loop->Abort(job->channel);
-          }
-        });
+    return {std::move(head), std::make_shared<GenerationSource>(std::move(job))};
   }
 
-  void HandleTokenize(const httplib::Request& req, httplib::Response& res) {
-    std::optional<json> body = Body(req, res);
-    if (!body) return;
+  HttpResponse HandleTokenize(const HttpRequest& req) {
+    Result<json> body = ParseRequestBody(req.body);
+    if (!body.ok()) return ErrorResponse({400, body.status().message(), ""});
     const json& b = *body;
-    const auto fail = [&](const Status& s) { SendError(res, ToApiError(s)); };
+    const auto fail = [&](const Status& s) { return ErrorResponse(ToApiError(s)); };
     if (b.contains("model") && !b["model"].is_null()) {
       if (!b["model"].is_string()) return fail(InvalidArgument("\"model\" must be a string"));
       if (Status s = CheckModel(Context(), b["model"].get<std::string>()); !s.ok()) return fail(s);
@@ -313,167 +420,51 @@ struct HttpServer::Impl {
       for (int32_t id : *ids) strs.push_back(std::string(tok.IdToToken(id).value_or("")));
       out["token_strs"] = std::move(strs);
     }
-    SendJson(res, out);
+    return JsonResponse(out);
   }
 
-  void HandleDetokenize(const httplib::Request& req, httplib::Response& res) {
-    std::optional<json> body = Body(req, res);
-    if (!body) return;
+  HttpResponse HandleDetokenize(const HttpRequest& req) {
+    Result<json> body = ParseRequestBody(req.body);
+    if (!body.ok()) return ErrorResponse({400, body.status().message(), ""});
     const json& b = *body;
     if (!b.contains("tokens") || !b["tokens"].is_array()) {
-      SendError(res, {400, "\"tokens\" must be a list of token ids", "tokens"});
-      return;
+      return ErrorResponse({400, "\"tokens\" must be a list of token ids", "tokens"});
     }
     std::vector<int32_t> ids;
     for (const json& id : b["tokens"]) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= tok.id_limit()) {
-        SendError(res, {400, fmt::format("\"tokens\": {} is not a token id", id.dump()), "tokens"});
-        return;
+        return ErrorResponse(
+            {400, fmt::format("\"tokens\": {} is not a token id", Echo(id.dump())), "tokens"});
       }
       ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
     }
-    SendJson(res, {{"prompt", tok.Decode(ids)}});
-  }
-
-  void Routes() {
-    http.new_task_queue = [] { return new ThreadPerConnection; };
-    // A stream writes a small SSE event per token: with Nagle's algorithm on, each write after
-    // the first waits for the client's (delayed) ACK of the last, up to 40 ms on Linux, so tokens
-    // would arrive in uneven bursts. uvicorn (vLLM's server) sets TCP_NODELAY too.
-    http.set_tcp_nodelay(true);
-    // httplib's default sets SO_REUSEPORT, with which a second server on a port in use binds too
-    // and the kernel splits the connections between them: a moeserve started twice would
-    // answer half the requests from the other process. SO_REUSEADDR alone still allows a quick
-    // restart past TIME_WAIT but refuses a port someone listens on.
-    http.set_socket_options([](socket_t sock) {
-      const int yes = 1;
-      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    });
-    http.set_payload_max_length(options.max_body_bytes);
-    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      HandleGeneration(req, res, Endpoint::kCompletions);
-    });
-    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      HandleGeneration(req, res, Endpoint::kChat);
-    });
-    http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-      if (!Authorized(req, res)) return;
-      ordered_json model = {{"id", options.served_model_name},
-                            {"object", "model"},
-                            {"created", created},
-                            {"owned_by", "vllm"},
-                            {"root", options.model_root},
-                            {"parent", nullptr},
-                            {"max_model_len", max_model_len()},
-                            {"permission", ordered_json::array()}};
-      SendJson(res, {{"object", "list"}, {"data", ordered_json::array({model})}});
-    });
-    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      EngineLoop* l = loop.load();
-      res.status = l != nullptr && l->healthy() ? 200 : 503;
-    });
-    // vLLM's Prometheus endpoint: outside /v1, so no API key.
-    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      EngineLoop* l = loop.load();
-      res.status = 200;
-      res.set_content(l != nullptr ? l->metrics().Render(options.served_model_name) : "",
-                      "text/plain; version=0.0.4; charset=utf-8");
-    });
-    // The chat page (server/ui/chat.html): outside /v1, so no key -- the page asks for it. Its
-    // policy lets it run its own inline script and talk to this server only.
-    if (options.ui) {
-      http.Get("/", [this](const httplib::Request&, httplib::Response& res) {
-        res.status = 200;
-        res.set_header("Content-Security-Policy",
-                       "default-src 'none'; script-src 'unsafe-inline'; style-src "
-                       "'unsafe-inline'; connect-src 'self'; img-src 'self' data:; "
-                       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
-        res.set_header("X-Content-Type-Options", "nosniff");
-        res.set_header("Cache-Control", "no-store");
-        res.set_content(RenderChatPage(options, max_model_len()), "text/html; charset=utf-8");
-      });
-    }
-    http.Get("/version", [](const httplib::Request&, httplib::Response& res) {
-      SendJson(res, {{"version", MOESERVE_VERSION}});
-    });
-    http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-      HandleTokenize(req, res);
-    });
-    http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-      HandleDetokenize(req, res);
-    });
-    // httplib's own errors (404 no route, 413 body too large, ...) get vLLM's error body; the
-    // handlers' errors already have one.
-    http.set_error_handler(
-        httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
-          if (!res.body.empty() || res.status == 503)
-            return httplib::Server::HandlerResponse::Unhandled;
-          std::string message = res.status == 413   ? "the request body is too large"
-                                : res.status == 404 ? "no such route"
-                                                    : ErrorType(res.status);
-          SendErrorKeepStatus(res, message);
-          return httplib::Server::HandlerResponse::Handled;
-        }));
-    http.set_exception_handler(
-        [](const httplib::Request&, httplib::Response& res, std::exception_ptr e) {
-          std::string message = "internal error";
-          try {
-            std::rethrow_exception(e);
-          } catch (const std::exception& ex) {
-            message = ex.what();
-          } catch (...) {
-          }
-          SendError(res, {500, message, ""});
-        });
-  }
-
-  static void SendErrorKeepStatus(httplib::Response& res, const std::string& message) {
-    const int status = res.status;
-    SendError(res, {status, message, ""});
+    return JsonResponse({{"prompt", tok.Decode(ids)}});
   }
 };
 
 HttpServer::HttpServer(ServerOptions options, const tokenizer::Tokenizer& tok,
                        std::optional<tokenizer::ChatTemplate> chat_template)
-    : impl_(std::make_unique<Impl>(std::move(options), tok, std::move(chat_template))) {
-  impl_->Routes();
-}
+    : impl_(std::make_unique<Impl>(std::move(options), tok, std::move(chat_template))) {}
 
 HttpServer::~HttpServer() = default;
 
 Status HttpServer::Bind() {
   ServerOptions& o = impl_->options;
-  if (o.port == 0) {  // the kernel's pick
-    const int port = impl_->http.bind_to_any_port(o.host);
-    if (port > 0) {
-      o.port = port;
-      return OkStatus();
-    }
-  } else if (impl_->http.bind_to_port(o.host, o.port)) {
-    return OkStatus();
-  }
-  return IoError("cannot listen on {}:{} (in use, or not an address of this machine)", o.host,
-                 o.port);
+  RETURN_IF_ERROR(impl_->front.Bind(o.host, o.port));
+  o.port = impl_->front.port();
+  return OkStatus();
 }
 
 int HttpServer::port() const { return impl_->options.port; }
 
-void HttpServer::Listen() { impl_->http.listen_after_bind(); }
+void HttpServer::Listen() { impl_->front.Run(); }
 
 void HttpServer::SetEngine(EngineLoop* loop) { impl_->loop.store(loop); }
 
-void HttpServer::Stop() { impl_->http.stop(); }
+void HttpServer::Stop() { impl_->front.Stop(); }
 
-std::string HttpServer::ServeBytes(std::string_view bytes) {
-  std::string out;
-  MemoryStream stream(bytes, &out);
-  // Requests one after another as on a keep-alive connection, up to httplib's own bound.
-  bool closed = false;
-  for (int count = CPPHTTPLIB_KEEPALIVE_MAX_COUNT; count > 0 && !closed && stream.is_readable();
-       --count) {
-    if (!impl_->http.process_request(stream, count == 1, closed, [](httplib::Request&) {})) break;
-  }
-  return out;
-}
+std::string HttpServer::ServeBytes(std::string_view bytes) { return impl_->front.ServeBytes(bytes); }
+
+size_t HttpServer::num_connections() const { return impl_->front.num_connections(); }
 
 }  // namespace moeserve::server

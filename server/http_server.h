@@ -1,6 +1,7 @@
-// The OpenAI-compatible HTTP server (spec/serving.md §7): routes, API key, request checks, and
-// the generation handlers that feed the EngineLoop and stream its tokens back. httplib's
-// handler threads each serve one connection; they meet the engine only through EngineLoop.
+// The OpenAI-compatible HTTP server (spec/serving.md §7): routes, the browser-origin and API-key
+// checks, request checks, and the generation handlers that feed the EngineLoop and stream its
+// tokens back. Connections, parsing and limits are the HttpFront's (http_front.h); handlers run
+// on its worker threads and meet the engine only through EngineLoop.
 #pragma once
 
 #include <atomic>
@@ -13,6 +14,8 @@
 #include "core/status.h"
 #include "engine/sampling_params.h"
 #include "server/engine_loop.h"
+#include "server/http_front.h"
+#include "server/request_check.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -25,7 +28,12 @@ struct ServerOptions {
   std::string served_model_name;  // the name requests must use (and /v1/models lists)
   std::string model_root;         // /v1/models' "root": the model folder
   int64_t vocab_size = 0;         // the model's (prompt ids must lie below it)
-  size_t max_body_bytes = 16 << 20;
+  // The HTTP front's bounds: header and body bytes, deadlines, connections.
+  HttpLimits http;
+  // --allowed-origins: the web origins ("http://host:port", or "*": any) whose pages may call
+  // the API besides the server's own; any other Origin is refused (403). Without --api-key the
+  // Host must also name this server: the bound address or a loopback name (DNS rebinding).
+  std::vector<std::string> allowed_origins;
   // --max-waiting-requests: past this many waiting engine requests a new one is refused with a
   // 503 (0: no bound).
   int64_t max_waiting_requests = 0;
@@ -36,6 +44,8 @@ struct ServerOptions {
   // generation_config.json's max_new_tokens: caps every request's max_tokens (vLLM's
   // get_max_tokens takes the least of the request's, the context's room and this).
   std::optional<int64_t> max_tokens_cap;
+  // Each request's cost bounds (request_check.h).
+  RequestLimits request_limits;
   // The chat page at GET / (--no-ui: false, and / is a 404 like any unknown route).
   bool ui = true;
   // The speculative method the engine runs ("mtp:1"; "": none), for the page to show.
@@ -58,13 +68,17 @@ class HttpServer {
   void Listen();
   // The engine is ready: from now on requests go to `loop` (which must outlive the server).
   void SetEngine(EngineLoop* loop);
-  // Stops accepting, waits for the handlers in flight (stop the loop first so they end).
+  // Stops accepting and closes every connection (stop the loop first: the answers in flight
+  // then end and go out).
   void Stop();
 
-  // Serves the raw bytes of one connection (one request or several, keep-alive) without a
-  // socket, through the same parsing, routing and handlers, and returns the bytes the server
+  // Serves the raw bytes of one connection (one request or several, keep-alive) over a socket
+  // pair, through the same parsing, routing and handlers, and returns the bytes the server
   // writes back. The HTTP fuzz target's way in; Bind and Listen are not needed.
   std::string ServeBytes(std::string_view bytes);
+
+  // Connections open now.
+  size_t num_connections() const;
 
   struct Impl;
 

@@ -148,7 +148,7 @@ TEST(HttpServerThreadsTest, ConcurrentClientsGetWhatTheyGetAlone) {
   // requests one after another on one connection each answered.
   const auto raw = [](const std::string& method, const std::string& path,
                       const std::string& body) {
-    return fmt::format("{} {} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{}", method,
+    return fmt::format("{} {} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n{}", method,
                        path, body.size(), body);
   };
   for (bool stream : {false, true}) {
