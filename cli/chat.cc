@@ -356,7 +356,7 @@ class Chat {
     Answer answer;
     tokenizer::IncrementalDetokenizer detok(
         tok_, {.skip_special_tokens = params.skip_special_tokens,
-               .stop = params.stop,
+               .stop = std::make_shared<const std::vector<std::string>>(params.stop),
                .include_stop_str_in_output = params.include_stop_str_in_output,
                .min_tokens = params.min_tokens});
     const auto print = [&](const std::string& piece) {

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -195,7 +196,7 @@ Result<std::vector<RequestResult>> RunRequests(engine::Engine& engine,
         result.detok.emplace(
             *tok, tokenizer::DetokenizerOptions{
                       .skip_special_tokens = choices[c].skip_special_tokens,
-                      .stop = choices[c].stop,
+                      .stop = std::make_shared<const std::vector<std::string>>(choices[c].stop),
                       .include_stop_str_in_output = choices[c].include_stop_str_in_output,
                       .min_tokens = choices[c].min_tokens});
       }

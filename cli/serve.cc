@@ -19,6 +19,7 @@
 #include "cli/engine_flags.h"
 #include "cli/model_files.h"
 #include "cli/model_flags.h"
+#include "cli/request_limit_flags.h"
 #include "core/log.h"
 #include "io/model_config.h"
 #include "server/engine_loop.h"
@@ -34,6 +35,7 @@ constexpr char kCommand[] = "serve";
 struct Options {
   ModelFlags model;
   EngineFlags engine;
+  RequestLimitFlags limits;
   std::string host = "127.0.0.1";
   int64_t port = 8000;
   std::string api_key;
@@ -48,7 +50,7 @@ struct Options {
 };
 
 int Run(const Options& o) {
-  for (Status s : {o.model.Validate(), o.engine.Validate()}) {
+  for (Status s : {o.model.Validate(), o.engine.Validate(), o.limits.Validate()}) {
     if (!s.ok()) return UsageError(kCommand, s);
   }
   if (o.port < 0 || o.port > 65535) {
@@ -145,6 +147,7 @@ int Run(const Options& o) {
     rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
   }
   options.max_waiting_requests = o.max_waiting_requests;
+  options.request_limits = o.limits.ToLimits();
   options.ui = !o.no_ui;
   if (const engine::SpecConfig spec = o.engine.ToConfig().spec; spec.enabled()) {
     options.speculative = engine::SpecName(spec);
@@ -205,6 +208,7 @@ int RunServe(const std::vector<std::string>& args) {
                 "/metrics, and a chat page at / (open http://HOST:PORT/ in a browser).");
   o.model.Register(flags);
   o.engine.Register(flags);
+  o.limits.Register(flags);
   flags.String("host", &o.host, "address to listen on");
   flags.Int("port", &o.port, "port to listen on");
   flags.String("api-key", &o.api_key,

@@ -221,6 +221,9 @@ Engine::Engine(model::ModelGroup& group, const EngineLayout& layout,
       runner_(std::make_unique<ModelRunner>(group, runner)),
       seeds_(std::random_device{}()) {
   layout_.state_bytes = runner_->cache().state_bytes();
+  for (int64_t id : group_.model().config().eos_token_ids) {
+    eos_token_ids_.push_back(static_cast<int32_t>(id));
+  }
 }
 
 std::vector<SamplingParams> FanOut(const SamplingParams& params) {
@@ -233,35 +236,67 @@ std::vector<SamplingParams> FanOut(const SamplingParams& params) {
 }
 
 Result<int64_t> Engine::AddRequest(std::vector<int32_t> prompt, SamplingParams params) {
-  const io::ModelConfig& c = model().config();
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    if (prompt[i] < 0 || prompt[i] >= c.vocab_size) {
-      return InvalidArgument("prompt token {} (at {}) is outside the vocabulary [0, {})",
-                             prompt[i], i, c.vocab_size);
-    }
-  }
-  RETURN_IF_ERROR(params.Validate(c.vocab_size));
+  // The checks in their old order, so that a request with several faults is refused for the same
+  // one; PrepareParams validates again (cheap next to the rest).
+  RETURN_IF_ERROR(CheckPromptIds(prompt));
+  RETURN_IF_ERROR(params.Validate(model().config().vocab_size));
   if (params.n != 1) {
     return InvalidArgument("n must be 1 for one engine request (got {}); FanOut splits it",
                            params.n);
   }
-  if (!params.bad_words.empty() && params.bad_words_token_ids.empty()) {
-    return InvalidArgument("bad_words must be tokenized (ResolveBadWords) before AddRequest");
+  ASSIGN_OR_RETURN(std::shared_ptr<const PreparedParams> prepared,
+                   PrepareParams(std::move(params)));
+  ASSIGN_OR_RETURN(std::unique_ptr<Request> request,
+                   PrepareRequest(std::move(prompt), std::move(prepared), 0, seeds_()));
+  return AddPrepared(std::move(request));
+}
+
+Status Engine::CheckPromptIds(std::span<const int32_t> prompt) const {
+  const int64_t vocab = model().config().vocab_size;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= vocab) {
+      return InvalidArgument("prompt token {} (at {}) is outside the vocabulary [0, {})", prompt[i],
+                             i, vocab);
+    }
   }
-  params.Normalize();
+  return OkStatus();
+}
+
+Result<std::shared_ptr<const PreparedParams>> Engine::PrepareParams(SamplingParams params) const {
+  return engine::PrepareParams(std::move(params), eos_token_ids_, model().config().vocab_size);
+}
+
+Result<std::unique_ptr<Request>> Engine::PrepareRequest(
+    std::vector<int32_t> prompt, std::shared_ptr<const PreparedParams> params, int64_t choice,
+    uint64_t unseeded_seed) const {
+  CHECK(params != nullptr);
+  RETURN_IF_ERROR(CheckPromptIds(prompt));
+  const int64_t vocab = model().config().vocab_size;
+  const SamplingParams& p = params->params;
+  if (choice < 0 || choice >= std::max<int64_t>(p.n, 1)) {
+    return InvalidArgument("choice {} of a request with n = {}", choice, p.n);
+  }
   auto request = std::make_unique<Request>();
-  request->id = next_id_;
-  for (int64_t id : c.eos_token_ids) request->stop.eos_token_ids.push_back(static_cast<int32_t>(id));
-  request->stop.max_tokens = params.max_tokens;
-  request->stop.min_tokens = params.min_tokens;
-  request->stop.ignore_eos = params.ignore_eos;
-  request->stop.stop_token_ids = params.stop_token_ids;
-  request->skip_prefix_cache = params.prompt_logprobs.has_value();
-  request->sampler = std::make_unique<RequestSampler>(params, prompt, request->stop.eos_token_ids,
-                                                      c.vocab_size, seeds_());
-  if (params.logprobs.has_value()) request->output_logprobs.reserve(params.max_tokens);
-  request->params = std::move(params);
+  request->stop.eos_token_ids = eos_token_ids_;
+  request->stop.max_tokens = p.max_tokens;
+  request->stop.min_tokens = p.min_tokens;
+  request->stop.ignore_eos = p.ignore_eos;
+  request->stop.stop_token_ids = p.stop_token_ids;
+  request->skip_prefix_cache = p.prompt_logprobs.has_value();
+  request->sampler =
+      std::make_unique<RequestSampler>(params, prompt, vocab, ChoiceSeed(p, choice, unseeded_seed));
+  // No more outputs than the context holds, however large max_tokens.
+  if (p.logprobs.has_value()) {
+    request->output_logprobs.reserve(std::min(p.max_tokens, layout_.max_model_len));
+  }
+  request->prepared = std::move(params);
   request->prompt_token_ids = std::move(prompt);
+  return request;
+}
+
+Result<int64_t> Engine::AddPrepared(std::unique_ptr<Request> request) {
+  CHECK(request != nullptr && request->prepared != nullptr) << "not made by PrepareRequest";
+  request->id = next_id_;
   RETURN_IF_ERROR(scheduler_.AddRequest(std::move(request)));
   return next_id_++;
 }

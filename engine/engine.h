@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "core/check.h"
@@ -87,7 +88,27 @@ class Engine {
   // outside the vocabulary, a prompt longer than max_model_len, and invalid sampling parameters
   // (SamplingParams::Validate; n must be 1 here -- FanOut makes a request per choice). The EOS
   // ids are the model config's. Bad words must be resolved (ResolveBadWords) by the caller.
+  // PrepareParams, PrepareRequest and AddPrepared, all on the caller's thread.
   Result<int64_t> AddRequest(std::vector<int32_t> prompt, SamplingParams params);
+
+  // AddRequest in parts, for a caller (the server) that makes requests on other threads than the
+  // one that steps the engine: what depends only on the request is made by the const, thread-safe
+  // Prepare* (they read only the model's config and the layout), and AddPrepared, on the
+  // engine's thread, only queues it.
+  //
+  // Validates and normalizes an API request's sampling parameters (any n) and builds the
+  // sampler's tables, once for all of its choices. O(k log k) in the lengths of its lists.
+  Result<std::shared_ptr<const PreparedParams>> PrepareParams(SamplingParams params) const;
+  // Choice `choice` (0 <= choice < n) of a prepared request over `prompt`: the prompt checked
+  // against the vocabulary, the stop conditions set, the choice's sampler built (its generator
+  // seeded seed + choice, or `unseeded_seed` when the request has no seed; [vocab] arrays for
+  // the penalties and top-p in use) and its logprobs reserved. O(prompt + vocabulary).
+  Result<std::unique_ptr<Request>> PrepareRequest(std::vector<int32_t> prompt,
+                                                  std::shared_ptr<const PreparedParams> params,
+                                                  int64_t choice, uint64_t unseeded_seed) const;
+  // Queues a prepared request; returns its id. Rejects a prompt longer than max_model_len and a
+  // request the KV cache cannot hold. Constant time but for reserving its block list.
+  Result<int64_t> AddPrepared(std::unique_ptr<Request> request);
 
   // Aborts a request in any state, freeing its cache. False if unknown or already finished.
   // reason kStop ends it as finished by a stop string (the frontend's detokenizer found one).
@@ -121,14 +142,18 @@ class Engine {
          const KvCacheConfig& cache, const RunnerConfig& runner);
 
  private:
+  // Every id of `prompt` lies in the vocabulary.
+  Status CheckPromptIds(std::span<const int32_t> prompt) const;
+
   std::unique_ptr<model::ModelGroup> owned_group_;  // Create(CausalLm&)'s
   model::ModelGroup& group_;
   EngineLayout layout_;
   KvCacheManager cache_manager_;
   Scheduler scheduler_;
   std::unique_ptr<ModelRunner> runner_;
+  std::vector<int32_t> eos_token_ids_;  // the model config's
   int64_t next_id_ = 0;
-  std::mt19937_64 seeds_;  // generators of requests without a seed
+  std::mt19937_64 seeds_;  // AddRequest's generators of requests without a seed
   const SchedulerOutput* last_schedule_ = nullptr;
 };
 

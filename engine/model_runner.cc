@@ -150,7 +150,7 @@ const StepOutput& ModelRunner::Execute(const SchedulerOutput& out) {
     }
     // prompt_logprobs: the logits at prompt position p score prompt token p + 1.
     prompt_rows_[i] = {static_cast<int32_t>(num_logits), 0};
-    if (r.params.prompt_logprobs.has_value()) {
+    if (r.params().prompt_logprobs.has_value()) {
       const int64_t end = std::min(s.first_pos + s.num_new_tokens, r.num_prompt_tokens() - 1);
       for (int64_t p = s.first_pos; p < end; ++p) {
         logits_rows_[num_logits++] = static_cast<int32_t>(query_start_[i] + (p - s.first_pos));
@@ -227,7 +227,7 @@ int32_t ModelRunner::SampleRow(Request& r, int64_t logits_row) {
   }
   r.sampler->Sample(logits, r.output_token_ids, sample_scratch_.data(), &sampled_token_);
   r.sampler->Accept(sampled_token_.token);
-  if (r.params.logprobs.has_value()) r.output_logprobs.push_back(sampled_token_);
+  if (r.params().logprobs.has_value()) r.output_logprobs.push_back(sampled_token_);
   return sampled_token_.token;
 }
 
@@ -256,7 +256,7 @@ void ModelRunner::VerifyRows(const ScheduledRequest& s, int64_t logits_row) {
       token = sampled_token_.token;
       r.sampler->Accept(token);
       history_.push_back(token);
-      if (r.params.logprobs.has_value()) r.output_logprobs.push_back(sampled_token_);
+      if (r.params().logprobs.has_value()) r.output_logprobs.push_back(sampled_token_);
     }
     step_.tokens.push_back(token);
     if (!keep_going) break;
@@ -439,7 +439,7 @@ void ModelRunner::RecordPromptLogprobs(Request& r, int64_t first_pos,
     LogSoftmax(model().logits() + (rows.first + j) * V, V, logprobs);
     SampledToken entry;
     entry.token = r.prompt_token_ids[p + 1];
-    GatherLogprobs(logprobs, V, *r.params.prompt_logprobs, r.prompt_token_ids[p + 1], &entry);
+    GatherLogprobs(logprobs, V, *r.params().prompt_logprobs, r.prompt_token_ids[p + 1], &entry);
     r.prompt_logprobs.push_back(std::move(entry));
   }
 }

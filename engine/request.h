@@ -61,7 +61,10 @@ struct Request {
   std::vector<int32_t> prompt_token_ids;
   std::vector<int32_t> output_token_ids;  // reserved to max_tokens at admission
   StopConditions stop;
-  SamplingParams params;  // validated and normalized
+  // The sampling parameters, validated and normalized, and the sampler's tables: one object per
+  // API request, shared by its choices (its n and seed are the API request's; this choice's
+  // generator was seeded by ChoiceSeed).
+  std::shared_ptr<const PreparedParams> prepared;
   // Built at admission, kept across preemptions (penalty counts, generator); the model runner
   // samples with it.
   std::unique_ptr<RequestSampler> sampler;
@@ -120,6 +123,7 @@ struct Request {
                                      : output_token_ids[pos - num_prompt_tokens()];
   }
   bool finished() const { return status == RequestStatus::kFinished; }
+  const SamplingParams& params() const { return prepared->params; }
 };
 
 }  // namespace moeserve::engine

@@ -112,73 +112,108 @@ void GatherLogprobs(const float* logprobs, int64_t vocab, int64_t n, int32_t tok
   for (size_t i = 0; i < top.size(); ++i) top[i].rank = static_cast<int64_t>(i) + 1;
 }
 
-RequestSampler::RequestSampler(const SamplingParams& p, std::span<const int32_t> prompt,
-                               std::span<const int32_t> eos_token_ids, int64_t vocab,
-                               uint64_t unseeded_seed)
-    : vocab_(vocab),
-      greedy_(p.greedy()),
-      temperature_(static_cast<float>(p.temperature)),
-      top_p_(p.top_p),
-      top_k_(p.top_k > 0 && p.top_k < vocab ? p.top_k : 0),
-      min_p_(p.min_p),
-      logprobs_(p.logprobs),
-      min_tokens_(p.min_tokens),
-      repetition_penalty_(static_cast<float>(p.repetition_penalty)),
-      frequency_penalty_(static_cast<float>(p.frequency_penalty)),
-      presence_penalty_(static_cast<float>(p.presence_penalty)),
-      generator_(p.seed.has_value() && *p.seed != -1 ? static_cast<uint64_t>(*p.seed)
-                                                     : unseeded_seed) {
+SamplerTables::SamplerTables(const SamplingParams& p, std::span<const int32_t> eos_token_ids,
+                             int64_t vocab) {
   CHECK_GT(vocab, 0);
   auto check_id = [vocab](int32_t id, const char* what) {
     CHECK(id >= 0 && id < vocab) << what << " token " << id << " outside [0, " << vocab << ")";
   };
+  if (p.allowed_token_ids.has_value()) {
+    allowed_ids = SortedUnique(*p.allowed_token_ids);
+    CHECK(!allowed_ids.empty()) << "allowed_token_ids is empty";
+    for (int32_t id : allowed_ids) check_id(id, "allowed_token_ids");
+    if (static_cast<int64_t>(allowed_ids.size()) == vocab) allowed_ids.clear();  // no-op
+  }
+
+  for (const std::vector<int32_t>& seq : p.bad_words_token_ids) {
+    for (int32_t id : seq) check_id(id, "bad_words");
+    if (seq.size() == 1) {
+      banned_ids.push_back(seq[0]);
+    } else if (seq.size() > 1) {
+      bad_sequences.push_back(seq);
+    }
+  }
+  banned_ids = SortedUnique(std::move(banned_ids));
+
+  if (p.min_tokens > 0) {
+    std::vector<int32_t> ids(eos_token_ids.begin(), eos_token_ids.end());
+    ids.insert(ids.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
+    min_tokens_stop_ids = SortedUnique(std::move(ids));
+    for (int32_t id : min_tokens_stop_ids) check_id(id, "min_tokens stop");
+  }
+
+  // The last bias given per token: a stable sort by id keeps the order given within a token.
+  // Each token's bias is added once, so applying them by id gives the same logits as any order.
+  logit_bias = p.logit_bias;
+  std::stable_sort(logit_bias.begin(), logit_bias.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  size_t kept = 0;
+  for (size_t i = 0; i < logit_bias.size(); ++i) {
+    const auto [id, bias] = logit_bias[i];
+    check_id(id, "logit_bias");
+    if (i + 1 < logit_bias.size() && logit_bias[i + 1].first == id) continue;  // a later one wins
+    const float clamped = std::clamp(bias, -100.0f, 100.0f);
+    if (clamped != 0.0f) logit_bias[kept++] = {id, clamped};  // zero biases change nothing
+  }
+  logit_bias.resize(kept);
+}
+
+Result<std::shared_ptr<const PreparedParams>> PrepareParams(SamplingParams p,
+                                                            std::span<const int32_t> eos_token_ids,
+                                                            int64_t vocab) {
+  RETURN_IF_ERROR(p.Validate(vocab));
+  if (!p.bad_words.empty() && p.bad_words_token_ids.empty()) {
+    return InvalidArgument("bad_words must be tokenized (ResolveBadWords) before the engine");
+  }
+  p.Normalize();
+  SamplerTables tables(p, eos_token_ids, vocab);
+  return std::make_shared<const PreparedParams>(
+      PreparedParams{.params = std::move(p), .tables = std::move(tables)});
+}
+
+uint64_t ChoiceSeed(const SamplingParams& p, int64_t choice, uint64_t unseeded) {
+  if (!p.seed.has_value() || *p.seed == -1) return unseeded;
+  return static_cast<uint64_t>(*p.seed) + static_cast<uint64_t>(choice);  // wraps as FanOut's
+}
+
+RequestSampler::RequestSampler(const SamplingParams& p, std::span<const int32_t> prompt,
+                               std::span<const int32_t> eos_token_ids, int64_t vocab,
+                               uint64_t unseeded_seed)
+    : RequestSampler(std::make_shared<const PreparedParams>(PreparedParams{
+                         .params = p, .tables = SamplerTables(p, eos_token_ids, vocab)}),
+                     prompt, vocab, ChoiceSeed(p, 0, unseeded_seed)) {}
+
+RequestSampler::RequestSampler(std::shared_ptr<const PreparedParams> prepared,
+                               std::span<const int32_t> prompt, int64_t vocab, uint64_t seed)
+    : prepared_(std::move(prepared)),
+      vocab_(vocab),
+      greedy_(prepared_->params.greedy()),
+      temperature_(static_cast<float>(prepared_->params.temperature)),
+      top_p_(prepared_->params.top_p),
+      top_k_(prepared_->params.top_k > 0 && prepared_->params.top_k < vocab
+                 ? prepared_->params.top_k
+                 : 0),
+      min_p_(prepared_->params.min_p),
+      logprobs_(prepared_->params.logprobs),
+      min_tokens_(tables().min_tokens_stop_ids.empty() ? 0 : prepared_->params.min_tokens),
+      repetition_penalty_(static_cast<float>(prepared_->params.repetition_penalty)),
+      frequency_penalty_(static_cast<float>(prepared_->params.frequency_penalty)),
+      presence_penalty_(static_cast<float>(prepared_->params.presence_penalty)),
+      generator_(seed) {
+  CHECK_GT(vocab, 0);
+  const SamplingParams& p = prepared_->params;
   if (greedy_) {  // as Normalize leaves them; the greedy path never reads them anyway
     top_p_ = 1.0;
     top_k_ = 0;
     min_p_ = 0.0;
   }
 
-  if (p.allowed_token_ids.has_value()) {
-    allowed_ids_ = SortedUnique(*p.allowed_token_ids);
-    CHECK(!allowed_ids_.empty()) << "allowed_token_ids is empty";
-    for (int32_t id : allowed_ids_) check_id(id, "allowed_token_ids");
-    if (static_cast<int64_t>(allowed_ids_.size()) == vocab) allowed_ids_.clear();  // no-op
-  }
-
-  for (const std::vector<int32_t>& seq : p.bad_words_token_ids) {
-    for (int32_t id : seq) check_id(id, "bad_words");
-    if (seq.size() == 1) {
-      banned_ids_.push_back(seq[0]);
-    } else if (seq.size() > 1) {
-      bad_sequences_.push_back(seq);
-    }
-  }
-  banned_ids_ = SortedUnique(std::move(banned_ids_));
-
-  if (min_tokens_ > 0) {
-    std::vector<int32_t> ids(eos_token_ids.begin(), eos_token_ids.end());
-    ids.insert(ids.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
-    min_tokens_stop_ids_ = SortedUnique(std::move(ids));
-    for (int32_t id : min_tokens_stop_ids_) check_id(id, "min_tokens stop");
-  }
-  if (min_tokens_stop_ids_.empty()) min_tokens_ = 0;  // nothing to suppress
-
-  // One bias per token, the last given (a dict in vLLM), clamped as Normalize does; zero
-  // biases change nothing and are dropped.
-  for (auto it = p.logit_bias.rbegin(); it != p.logit_bias.rend(); ++it) {
-    check_id(it->first, "logit_bias");
-    const bool seen = std::any_of(logit_bias_.begin(), logit_bias_.end(),
-                                  [&](const auto& e) { return e.first == it->first; });
-    if (!seen) logit_bias_.emplace_back(it->first, std::clamp(it->second, -100.0f, 100.0f));
-  }
-  std::erase_if(logit_bias_, [](const auto& e) { return e.second == 0.0f; });
-
   // Outputs past vocab distinct tokens are impossible, and past max_tokens the request stops.
   const size_t max_new_distinct = static_cast<size_t>(std::min<int64_t>(p.max_tokens, vocab));
   if (repetition_penalty_ != 1.0f) {
     in_prompt_or_output_.assign(vocab, 0);
     for (int32_t t : prompt) {
-      check_id(t, "prompt");
+      CHECK(t >= 0 && t < vocab) << "prompt token " << t << " outside [0, " << vocab << ")";
       if (!in_prompt_or_output_[t]) {
         in_prompt_or_output_[t] = 1;
         prompt_or_output_ids_.push_back(t);
@@ -197,32 +232,34 @@ RequestSampler::RequestSampler(const SamplingParams& p, std::span<const int32_t>
     bin_mass_.resize(kTopPBuckets);
   }
 
-  plain_greedy_ = greedy_ && allowed_ids_.empty() && banned_ids_.empty() &&
-                  bad_sequences_.empty() && min_tokens_ == 0 && logit_bias_.empty() &&
+  const SamplerTables& t = tables();
+  plain_greedy_ = greedy_ && t.allowed_ids.empty() && t.banned_ids.empty() &&
+                  t.bad_sequences.empty() && min_tokens_ == 0 && t.logit_bias.empty() &&
                   repetition_penalty_ == 1.0f && output_counts_.empty() && !logprobs_.has_value();
 }
 
 void RequestSampler::ApplyProcessors(const float* logits, std::span<const int32_t> outputs,
                                      float* work) const {
-  if (allowed_ids_.empty()) {
+  const SamplerTables& t = tables();
+  if (t.allowed_ids.empty()) {
     std::copy(logits, logits + vocab_, work);
   } else {
     std::fill(work, work + vocab_, kNegInf);
-    for (int32_t id : allowed_ids_) work[id] = logits[id];
+    for (int32_t id : t.allowed_ids) work[id] = logits[id];
   }
 
-  for (int32_t id : banned_ids_) work[id] = kNegInf;
-  for (const std::vector<int32_t>& seq : bad_sequences_) {
+  for (int32_t id : t.banned_ids) work[id] = kNegInf;
+  for (const std::vector<int32_t>& seq : t.bad_sequences) {
     const size_t prefix = seq.size() - 1;
     if (outputs.size() < prefix) continue;
     if (std::equal(seq.begin(), seq.end() - 1, outputs.end() - prefix)) work[seq.back()] = kNegInf;
   }
 
   if (static_cast<int64_t>(outputs.size()) < min_tokens_) {
-    for (int32_t id : min_tokens_stop_ids_) work[id] = kNegInf;
+    for (int32_t id : t.min_tokens_stop_ids) work[id] = kNegInf;
   }
 
-  for (const auto& [id, bias] : logit_bias_) work[id] += bias;
+  for (const auto& [id, bias] : t.logit_bias) work[id] += bias;
 
   // vLLM's apply_penalties: repetition over prompt and outputs, then frequency and presence over
   // outputs; each is per token, so touching only the listed tokens keeps vLLM's order.

@@ -9,12 +9,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
 #include <utility>
 #include <vector>
 
+#include "core/status.h"
 #include "engine/sampling_params.h"
 
 namespace moeserve::engine {
@@ -43,10 +45,54 @@ void LogSoftmax(const float* logits, int64_t vocab, float* out);
 void GatherLogprobs(const float* logprobs, int64_t vocab, int64_t n, int32_t token,
                     SampledToken* result);
 
+// The token tables of a request's logits processors, which never change while it runs: built once
+// per API request -- O(k log k) in the lengths of its lists -- and shared, read-only, by the
+// samplers of its choices.
+struct SamplerTables {
+  // p must be validated. eos_token_ids: the model's, masked by min_tokens (even with ignore_eos,
+  // as vLLM).
+  SamplerTables(const SamplingParams& p, std::span<const int32_t> eos_token_ids, int64_t vocab);
+
+  std::vector<int32_t> allowed_ids;  // allowed_token_ids, sorted and unique; empty: unrestricted
+  // Bad words: single-token ones are always banned (sorted, unique); longer ones ban their last
+  // token when the outputs end with the rest.
+  std::vector<int32_t> banned_ids;
+  std::vector<std::vector<int32_t>> bad_sequences;
+  // EOS and stop_token_ids, masked while fewer than min_tokens outputs (empty: nothing to mask).
+  std::vector<int32_t> min_tokens_stop_ids;
+  // One bias per token -- the last given (a dict in vLLM) -- clamped to [-100, 100], zero ones
+  // dropped, by token id.
+  std::vector<std::pair<int32_t, float>> logit_bias;
+};
+
+// A request's sampling made ready once for all of its choices (an API request's n of them): its
+// parameters, validated and normalized, and their tables. Immutable: the choices' engine
+// requests and the server's answer share one, from any thread.
+struct PreparedParams {
+  SamplingParams params;
+  SamplerTables tables;
+};
+
+// Validates p against the vocabulary (SamplingParams::Validate; bad words must be resolved by
+// the caller), normalizes it and builds its tables. eos_token_ids: the model's.
+Result<std::shared_ptr<const PreparedParams>> PrepareParams(SamplingParams p,
+                                                            std::span<const int32_t> eos_token_ids,
+                                                            int64_t vocab);
+
+// The generator seed of choice `choice` of a request: seed + choice when the request has one
+// (vLLM's parallel sampling, as FanOut), else `unseeded`.
+uint64_t ChoiceSeed(const SamplingParams& p, int64_t choice, uint64_t unseeded);
+
 class RequestSampler {
  public:
-  // p must be validated and normalized. eos_token_ids: the model's, masked by min_tokens (even
-  // with ignore_eos, as vLLM). unseeded_seed seeds the generator when p.seed is unset.
+  // One choice of a prepared request: shares `prepared` with the request's other choices and
+  // holds what this one changes -- penalty counts (a [vocab] array per active penalty), top-p's
+  // scratch, the generator, seeded `seed` (ChoiceSeed). O(vocab + prompt) when a penalty or
+  // top-p is on.
+  RequestSampler(std::shared_ptr<const PreparedParams> prepared, std::span<const int32_t> prompt,
+                 int64_t vocab, uint64_t seed);
+  // A request alone (tests): p must be validated; its tables are built here. unseeded_seed seeds
+  // the generator when p.seed is unset.
   RequestSampler(const SamplingParams& p, std::span<const int32_t> prompt,
                  std::span<const int32_t> eos_token_ids, int64_t vocab, uint64_t unseeded_seed);
 
@@ -90,7 +136,9 @@ class RequestSampler {
   double FinalWeights(float* work, float* weights);
   // Inverse-CDF draw from weights [vocab] (sum `total`), one 53-bit uniform from generator_.
   int32_t Draw(const float* weights, double total);
+  const SamplerTables& tables() const { return prepared_->tables; }
 
+  std::shared_ptr<const PreparedParams> prepared_;  // the request's, shared by its choices
 
   int64_t vocab_;
   bool greedy_;
@@ -100,17 +148,7 @@ class RequestSampler {
   int64_t top_k_;  // 0: off (also when >= vocab)
   double min_p_;   // 0: off
   std::optional<int64_t> logprobs_;
-
-  // allowed_token_ids, sorted and unique; empty when unrestricted.
-  std::vector<int32_t> allowed_ids_;
-  // Bad words: single-token ones are always banned; longer ones ban their last token when the
-  // outputs end with the rest.
-  std::vector<int32_t> banned_ids_;
-  std::vector<std::vector<int32_t>> bad_sequences_;
-  // EOS and stop_token_ids, masked while fewer than min_tokens_ outputs.
-  int64_t min_tokens_;
-  std::vector<int32_t> min_tokens_stop_ids_;
-  std::vector<std::pair<int32_t, float>> logit_bias_;
+  int64_t min_tokens_;  // 0 when the tables have nothing to mask
 
   // Penalties. The dense per-token state exists only when its penalty is active; the lists name
   // the tokens it is non-zero for, so that a step touches only those (reserved at construction

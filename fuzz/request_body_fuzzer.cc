@@ -1,13 +1,14 @@
 // A /v1/completions or /v1/chat/completions body (the first byte picks the endpoint) through the
 // checks the handlers run (server/request_check.h) on the default model: a 4xx error, or a
 // request whose every prompt lies inside the vocabulary and leaves room for max_tokens within
-// max_model_len, whose parameters validate, and whose choices the handler can build. Never a
-// crash, a 5xx, or an exception.
+// max_model_len, whose choices stay within --max-choices-per-request, whose parameters the engine
+// prepares, and whose choices the handler can build. Never a crash, a 5xx, or an exception.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
 
+#include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "fuzz/served_model.h"
 #include "server/generation_job.h"
@@ -56,12 +57,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (params.max_tokens > *model.options.max_tokens_cap) Fail("max_tokens above the cap");
   if (!params.Validate(model.options.vocab_size).ok()) Fail("checked params do not validate");
-  // What the handler does next: one choice (a detokenizer with the stop strings) per engine
-  // request, as many as n.
-  const std::vector<engine::SamplingParams> fanned = engine::FanOut(params);
-  if (static_cast<int64_t>(fanned.size()) != params.n) Fail("FanOut gave other than n choices");
-  for (const engine::SamplingParams& p : fanned) {
-    server::ChoiceState choice(*model.tok, p, 0);
+  if (static_cast<int64_t>(checked.prompts.size()) * params.n >
+      model.options.request_limits.max_choices) {
+    Fail("more choices than --max-choices-per-request");
+  }
+  // What the handler does next: the parameters prepared once (the engine's checks and tables),
+  // and one choice (a detokenizer over the shared stop strings) per engine request.
+  std::vector<int32_t> eos_ids;
+  for (int64_t id : model.config.eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
+  Result<std::shared_ptr<const engine::PreparedParams>> prepared =
+      engine::PrepareParams(params, eos_ids, model.options.vocab_size);
+  if (!prepared.ok()) Fail(prepared.status().ToString().c_str());
+  for (int64_t j = 0; j < params.n; ++j) {
+    server::ChoiceState choice(*model.tok, *prepared, 0);
     (void)choice;
   }
   return 0;

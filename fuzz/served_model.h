@@ -25,7 +25,8 @@ struct ServedModel {
   std::optional<tokenizer::ChatTemplate> chat_template;
   server::ServerOptions options;
 
-  // The checks' context at a given max_model_len (the engine's, in the server).
+  // The checks' context at a given max_model_len (the engine's, in the server), with the KV
+  // cache an engine of the default sizing holds (--max-num-seqs 64 full-length requests).
   server::RequestContext Context(int64_t max_model_len) const {
     return {.tok = *tok,
             .chat_template = chat_template ? &*chat_template : nullptr,
@@ -35,7 +36,8 @@ struct ServedModel {
             .default_params = options.default_params,
             .extra_eos_ids = options.extra_eos_ids,
             .max_tokens_cap = options.max_tokens_cap,
-            .limits = options.request_limits};
+            .limits = options.request_limits,
+            .kv_cache_tokens = 64 * max_model_len};
   }
 };
 

@@ -1,5 +1,7 @@
 #include "server/engine_loop.h"
 
+#include <algorithm>
+#include <random>
 #include <utility>
 
 #include "core/log.h"
@@ -59,6 +61,23 @@ void Channel::Fail(const Status& status) {
   Notify();
 }
 
+// ---- PrepareChoices ----
+
+std::vector<ChoiceInput> PrepareChoices(const engine::Engine& engine,
+                                        const std::shared_ptr<const engine::PreparedParams>& params,
+                                        std::span<const std::vector<int32_t>> prompts) {
+  thread_local std::mt19937_64 unseeded(std::random_device{}());
+  const int64_t n = std::max<int64_t>(params->params.n, 1);
+  std::vector<ChoiceInput> choices;
+  choices.reserve(prompts.size() * n);
+  for (const std::vector<int32_t>& prompt : prompts) {
+    for (int64_t j = 0; j < n; ++j) {
+      choices.push_back({engine.PrepareRequest(prompt, params, j, unseeded())});
+    }
+  }
+  return choices;
+}
+
 // ---- EngineLoop ----
 
 EngineLoop::EngineLoop(std::unique_ptr<engine::Engine> engine)
@@ -66,10 +85,15 @@ EngineLoop::EngineLoop(std::unique_ptr<engine::Engine> engine)
 
 EngineLoop::~EngineLoop() { Stop(); }
 
-std::shared_ptr<Channel> EngineLoop::Submit(std::vector<ChoiceInput> choices,
-                                            int64_t max_waiting,
+std::shared_ptr<Channel> EngineLoop::Submit(std::vector<ChoiceInput> choices, int64_t max_waiting,
                                             std::function<void()> on_news) {
   auto channel = std::make_shared<Channel>(choices.size(), std::move(on_news));
+  for (const ChoiceInput& choice : choices) {
+    if (!choice.request.ok()) {
+      channel->Fail(choice.request.status());
+      return channel;
+    }
+  }
   {
     std::lock_guard lock(mu_);
     if (stop_ || !accepting_ || !healthy_) {
@@ -207,7 +231,8 @@ void EngineLoop::SampleGauges() {
 void EngineLoop::AddSubmission(Submission& s) {
   std::vector<int64_t>& ids = ids_of_[s.channel.get()];
   for (size_t c = 0; c < s.choices.size(); ++c) {
-    Result<int64_t> id = engine_->AddRequest(s.choices[c].prompt, s.choices[c].params);
+    // Prepared on the handler's thread: adding is constant time.
+    Result<int64_t> id = engine_->AddPrepared(std::move(*s.choices[c].request));
     if (!id.ok()) {
       // The handler validated already; whatever is left is the engine's word. Choices added
       // before this one are aborted with it.
@@ -244,7 +269,7 @@ void EngineLoop::Publish(int64_t id) {
   Live& live = it->second;
   const engine::Request* r = engine_->Find(id);
   // The prompt's logprobs are complete once the prompt has been computed: with the first token.
-  if (r != nullptr && r->params.prompt_logprobs && !live.prompt_logprobs_sent &&
+  if (r != nullptr && r->params().prompt_logprobs && !live.prompt_logprobs_sent &&
       (!r->output_token_ids.empty() || r->finished())) {
     live.channel->PublishPromptLogprobs(live.choice, r->prompt_logprobs);
     live.prompt_logprobs_sent = true;

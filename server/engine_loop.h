@@ -39,11 +39,20 @@ struct ChoiceUpdate {
   int64_t num_cached_tokens = -1;  // once scheduled: prompt tokens the prefix cache supplied
 };
 
-// One engine request of an HTTP request: a choice (FanOut) of one of its prompts.
+// One engine request of an HTTP request -- a choice of one of its prompts -- made on the
+// handler's thread (PrepareChoices), so that the loop only queues it; or why it could not be
+// made (Submit then fails the request's channel with it, before anything is queued).
 struct ChoiceInput {
-  std::vector<int32_t> prompt;
-  engine::SamplingParams params;
+  Result<std::unique_ptr<engine::Request>> request;
 };
+
+// The engine requests of one API request, made on the caller's thread: n choices per prompt in
+// vLLM's order (choice p * n + j is prompt p's j-th, seeded seed + j), all sharing `params`
+// (Engine::PrepareParams). Unseeded choices get seeds drawn here. Whatever a request costs to
+// prepare -- its samplers' [vocab] arrays, its prompts' checks -- is paid by the caller.
+std::vector<ChoiceInput> PrepareChoices(const engine::Engine& engine,
+                                        const std::shared_ptr<const engine::PreparedParams>& params,
+                                        std::span<const std::vector<int32_t>> prompts);
 
 // The outputs of one HTTP request: its choices (n per prompt), written by the loop, read by the
 // handler thread.
@@ -92,10 +101,11 @@ class EngineLoop {
   explicit EngineLoop(std::unique_ptr<engine::Engine> engine);
   ~EngineLoop();  // Stop()
 
-  // Queues a request: one engine request per element of `choices`. The engine's refusal
-  // (AddRequest's error) arrives on the channel. With max_waiting > 0, a request whose choices
-  // would make more than max_waiting engine requests wait (queued here or in the scheduler's
-  // waiting queue) is refused at once: its channel fails Unavailable (a 503).
+  // Queues a request: one engine request per element of `choices` (PrepareChoices'). A choice
+  // that could not be prepared fails the channel at once; the engine's refusal (AddPrepared's
+  // error) arrives on it later. With max_waiting > 0, a request whose choices would make more
+  // than max_waiting engine requests wait (queued here or in the scheduler's waiting queue) is
+  // refused at once: its channel fails Unavailable (a 503).
   // `on_news`: the channel's wake-up (Channel's constructor).
   std::shared_ptr<Channel> Submit(std::vector<ChoiceInput> choices, int64_t max_waiting = 0,
                                   std::function<void()> on_news = {});
@@ -117,6 +127,9 @@ class EngineLoop {
   // False after an engine step failed: the engine is dead, as vLLM's EngineDeadError.
   bool healthy() const { return healthy_.load(); }
   const engine::EngineLayout& layout() const { return engine_->layout(); }
+  // The engine, for handler threads to prepare requests with (PrepareChoices): from there only
+  // PrepareParams, PrepareRequest, layout and model, which read nothing the loop changes.
+  const engine::Engine& engine() const { return *engine_; }
   // GET /metrics' numbers, recorded by the loop thread (thread-safe to render).
   const Metrics& metrics() const { return metrics_; }
 

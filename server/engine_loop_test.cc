@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "model/causal_lm.h"
@@ -28,6 +30,15 @@ engine::SamplingParams Greedy(int64_t max_tokens) {
   p.max_tokens = max_tokens;
   p.ignore_eos = true;
   return p;
+}
+
+// The engine requests of one API request over `prompts` (n choices each), made on this thread.
+std::vector<ChoiceInput> Choices(const EngineLoop& loop, std::vector<std::vector<int32_t>> prompts,
+                                 engine::SamplingParams params) {
+  Result<std::shared_ptr<const engine::PreparedParams>> prepared =
+      loop.engine().PrepareParams(std::move(params));
+  EXPECT_TRUE(prepared.ok()) << prepared.status().ToString();
+  return PrepareChoices(loop.engine(), *prepared, prompts);
 }
 
 // Reads a channel until every choice finished; returns choice 0's tokens and finish reason.
@@ -66,7 +77,7 @@ TEST(EngineLoopTest, ConcurrentHandlersGetWhatTheyGetAlone) {
   {
     auto loop = make_loop();
     for (int i = 0; i < kThreads; ++i) {
-      alone[i] = Drain(*loop->Submit({{Prompt(i), Greedy(20)}})).first;
+      alone[i] = Drain(*loop->Submit(Choices(*loop, {Prompt(i)}, Greedy(20)))).first;
       ASSERT_EQ(alone[i].size(), 20u);
     }
   }
@@ -77,7 +88,7 @@ TEST(EngineLoopTest, ConcurrentHandlersGetWhatTheyGetAlone) {
   for (int i = 0; i < kThreads; ++i) {
     threads.emplace_back([&, i] {
       for (int round = 0; round < 3; ++round) {
-        std::shared_ptr<Channel> channel = loop->Submit({{Prompt(i), Greedy(20)}});
+        std::shared_ptr<Channel> channel = loop->Submit(Choices(*loop, {Prompt(i)}, Greedy(20)));
         if (i % 4 == 3 && round == 1) {  // a client gone midway
           std::this_thread::sleep_for(std::chrono::milliseconds(1));
           loop->Abort(channel);
@@ -89,7 +100,7 @@ TEST(EngineLoopTest, ConcurrentHandlersGetWhatTheyGetAlone) {
       }
       // One more with n = 2 choices past a waiting bound of 1: refused or served, never stuck.
       std::shared_ptr<Channel> bounded =
-          loop->Submit({{Prompt(i), Greedy(4)}, {Prompt(i), Greedy(4)}}, /*max_waiting=*/1);
+          loop->Submit(Choices(*loop, {Prompt(i), Prompt(i)}, Greedy(4)), /*max_waiting=*/1);
       if (!bounded->error().ok()) {
         ++refused;
       } else {
@@ -103,10 +114,81 @@ TEST(EngineLoopTest, ConcurrentHandlersGetWhatTheyGetAlone) {
   EXPECT_LE(aborted.load(), 2);         // an abort may come after the end
 
   loop->StopAccepting();
-  EXPECT_FALSE(loop->Submit({{Prompt(0), Greedy(2)}})->error().ok());
+  EXPECT_FALSE(loop->Submit(Choices(*loop, {Prompt(0)}, Greedy(2)))->error().ok());
   EXPECT_TRUE(loop->WaitUntilIdle(std::chrono::seconds(10)));
   loop->Stop();
   EXPECT_TRUE(loop->healthy());
+}
+
+// Issue #31: what a request costs to prepare -- validation, de-duplication, its choices'
+// samplers with their [vocab] arrays -- is paid by the thread that prepares it (a handler's), and
+// the loop only queues what it is given. The largest request the server lets through -- 64
+// choices, each with a bias for every token of the vocabulary and the penalties and top-p that
+// give a sampler all its per-token state -- is admitted while a small greedy request decodes
+// alone (one sequence at a time: the large one waits), and the small one takes about as long
+// as it takes alone. (Before, the loop de-duplicated each choice's biases in quadratic time:
+// seconds for this request, during which no request got a token.)
+TEST(EngineLoopTest, AdmittingALargeRequestDoesNotStallTheLoop) {
+  Result<std::unique_ptr<model::CausalLm>> lm = model::CausalLm::Load(
+      MOESERVE_DEFAULT_MODEL_DIR, {.weight_dtype = std::nullopt, .threads = 1});
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  Result<std::unique_ptr<engine::Engine>> engine = engine::Engine::Create(
+      **lm, {.max_num_seqs = 1, .max_num_batched_tokens = 256, .max_model_len = 256});
+  ASSERT_TRUE(engine.ok());
+  EngineLoop loop(std::move(*engine));
+  const int64_t vocab = loop.engine().model().config().vocab_size;
+
+  engine::SamplingParams large;
+  large.n = 64;
+  large.temperature = 1.0;
+  large.top_p = 0.9;
+  large.repetition_penalty = 1.1;
+  large.frequency_penalty = 0.5;
+  large.seed = 7;
+  large.max_tokens = 1;
+  for (int32_t id = 0; id < vocab; ++id) large.logit_bias.emplace_back(id, 0.01f * (id % 7 + 1));
+  // Prepared here, as a handler does: one set of parameters and tables, 64 samplers built.
+  Result<std::shared_ptr<const engine::PreparedParams>> prepared =
+      loop.engine().PrepareParams(large);
+  ASSERT_TRUE(prepared.ok());
+  EXPECT_EQ((*prepared)->tables.logit_bias.size(), static_cast<size_t>(vocab));
+  const std::vector<std::vector<int32_t>> prompts = {Prompt(2)};
+  std::vector<ChoiceInput> choices = PrepareChoices(loop.engine(), *prepared, prompts);
+  ASSERT_EQ(choices.size(), 64u);
+  for (const ChoiceInput& c : choices) {
+    ASSERT_TRUE(c.request.ok());
+    EXPECT_NE((*c.request)->sampler, nullptr);                 // built on this thread
+    EXPECT_EQ((*c.request)->prepared.get(), prepared->get());  // shared, not copied
+  }
+
+  using Clock = std::chrono::steady_clock;
+  const auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  Clock::time_point start = Clock::now();
+  const auto [alone_tokens, alone_reason] =
+      Drain(*loop.Submit(Choices(loop, {Prompt(1)}, Greedy(24))));
+  const double alone = seconds(Clock::now() - start);
+  ASSERT_EQ(alone_tokens.size(), 24u);
+
+  start = Clock::now();
+  std::shared_ptr<Channel> small = loop.Submit(Choices(loop, {Prompt(1)}, Greedy(24)));
+  std::shared_ptr<Channel> big = loop.Submit(std::move(choices));
+  const auto [tokens, reason] = Drain(*small);
+  const double beside = seconds(Clock::now() - start);
+  EXPECT_EQ(tokens, alone_tokens);
+  EXPECT_EQ(reason, engine::FinishReason::kLength);
+  // A wide margin: this is not a benchmark, only a check that admission is not the loop's work.
+  EXPECT_LT(beside, 3 * alone + 1.0)
+      << "alone " << alone << " s, beside the large request " << beside << " s";
+  std::printf("small greedy request: alone %.3f s, while 64 choices were admitted %.3f s\n", alone,
+              beside);
+  // The large request runs too: its 64 choices end, one token each.
+  std::vector<ChoiceUpdate> updates;
+  size_t finished = 0;
+  while (finished < 64) {
+    ASSERT_TRUE(big->Wait(std::chrono::milliseconds(100), &updates).ok());
+    for (const ChoiceUpdate& u : updates) finished += u.finished;
+  }
+  loop.Stop();
 }
 
 }  // namespace

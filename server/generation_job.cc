@@ -3,33 +3,41 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/check.h"
 #include "server/api_error.h"
 
 namespace moeserve::server {
 
-ChoiceState::ChoiceState(const tokenizer::Tokenizer& tok, const engine::SamplingParams& p,
+ChoiceState::ChoiceState(const tokenizer::Tokenizer& tok,
+                         const std::shared_ptr<const engine::PreparedParams>& sampling,
                          size_t prompt_index)
-    : detok(tok, {.skip_special_tokens = p.skip_special_tokens,
-                  .stop = p.stop,
-                  .include_stop_str_in_output = p.include_stop_str_in_output,
-                  .min_tokens = p.min_tokens}),
-      prompt(prompt_index),
-      stop(p.stop),
-      stop_token_ids(p.stop_token_ids) {}
+    : detok(tok, {.skip_special_tokens = sampling->params.skip_special_tokens,
+                  .stop = std::shared_ptr<const std::vector<std::string>>(sampling,
+                                                                          &sampling->params.stop),
+                  .include_stop_str_in_output = sampling->params.include_stop_str_in_output,
+                  .min_tokens = sampling->params.min_tokens}),
+      prompt(prompt_index) {}
 
 std::vector<ChoiceInput> GenerationJob::Start(CheckedRequest checked) {
-  const std::vector<engine::SamplingParams> fanned = engine::FanOut(checked.request.params);
-  std::vector<ChoiceInput> inputs;
-  for (size_t p = 0; p < checked.prompts.size(); ++p) {
-    for (const engine::SamplingParams& params : fanned) {
-      choices.emplace_back(*tok, params, p);
-      inputs.push_back({checked.prompts[p], params});
-    }
-  }
+  CHECK(loop != nullptr && tok != nullptr) << "GenerationJob::Start needs loop and tok";
   request = std::move(checked.request);
   prompts = std::move(checked.prompts);
   prompt_texts = std::move(checked.prompt_texts);
-  return inputs;
+  Result<std::shared_ptr<const engine::PreparedParams>> prepared =
+      loop->engine().PrepareParams(std::move(request.params));
+  request.params = {};
+  if (!prepared.ok()) {
+    std::vector<ChoiceInput> failed;
+    failed.push_back({prepared.status()});
+    return failed;
+  }
+  sampling = std::move(*prepared);
+  const int64_t n = std::max<int64_t>(params().n, 1);
+  choices.reserve(prompts.size() * n);
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    for (int64_t j = 0; j < n; ++j) choices.emplace_back(*tok, sampling, p);
+  }
+  return PrepareChoices(loop->engine(), sampling, prompts);
 }
 
 bool GenerationJob::finished() const {
@@ -93,9 +101,10 @@ Status GenerationJob::Pull(std::chrono::milliseconds timeout, std::vector<Delta>
       // A stop string wins over the engine's reason, as in vLLM's output processor.
       c.reason = c.detok.stopped() ? engine::FinishReason::kStop : u.finish_reason;
       if (c.detok.stopped()) {
-        c.stop_reason = c.stop[c.detok.stop_index()];
+        c.stop_reason = params().stop[c.detok.stop_index()];
       } else if (stop_token && !c.tokens.empty() &&
-                 std::count(c.stop_token_ids.begin(), c.stop_token_ids.end(), c.tokens.back())) {
+                 std::count(params().stop_token_ids.begin(), params().stop_token_ids.end(),
+                            c.tokens.back())) {
         c.stop_reason = c.tokens.back();
       }
       d.text += c.detok.Flush();
@@ -108,9 +117,9 @@ Status GenerationJob::Pull(std::chrono::milliseconds timeout, std::vector<Delta>
 
 ordered_json GenerationJob::LogprobsJson(const std::vector<engine::SampledToken>& logprobs,
                                          int64_t* text_offset) const {
-  if (!request.params.logprobs) return nullptr;
+  if (!params().logprobs) return nullptr;
   if (chat()) {
-    return {{"content", ChatLogprobsContentJson(*tok, logprobs, *request.params.logprobs)}};
+    return {{"content", ChatLogprobsContentJson(*tok, logprobs, *params().logprobs)}};
   }
   return CompletionLogprobsJson(*tok, logprobs, text_offset);
 }
@@ -118,7 +127,7 @@ ordered_json GenerationJob::LogprobsJson(const std::vector<engine::SampledToken>
 ordered_json GenerationJob::CompletionLogprobs(ChoiceState& c,
                                                const std::vector<engine::SampledToken>& logprobs,
                                                bool with_prompt) const {
-  if (!request.params.logprobs) return nullptr;
+  if (!params().logprobs) return nullptr;
   if (!with_prompt) return CompletionLogprobsJson(*tok, logprobs, &c.text_offset);
   ordered_json out =
       EchoedPromptLogprobsJson(*tok, prompts[c.prompt], c.prompt_logprobs, &c.text_offset);
@@ -127,7 +136,7 @@ ordered_json GenerationJob::CompletionLogprobs(ChoiceState& c,
 }
 
 bool GenerationJob::EchoReady(const ChoiceState& c) const {
-  return !request.params.logprobs || c.prompt_logprobs_arrived;
+  return !params().logprobs || c.prompt_logprobs_arrived;
 }
 
 ordered_json GenerationJob::Response() {

@@ -20,17 +20,16 @@ namespace moeserve::server {
 
 // A choice's tokens so far and the text they decoded to.
 struct ChoiceState {
-  ChoiceState(const tokenizer::Tokenizer& tok, const engine::SamplingParams& p,
-              size_t prompt_index);
+  // `sampling`: the request's, shared by its choices (the detokenizer reads its stop strings).
+  ChoiceState(const tokenizer::Tokenizer& tok,
+              const std::shared_ptr<const engine::PreparedParams>& sampling, size_t prompt_index);
   tokenizer::IncrementalDetokenizer detok;
   size_t prompt = 0;  // which of the request's prompts
   // When the params ask for them (the engine sends them once, with the first tokens).
   std::vector<engine::SampledToken> prompt_logprobs;
   bool prompt_logprobs_arrived = false;
-  bool echoed = false;                  // stream: the prompt (echo) went out
-  std::vector<std::string> stop;        // the params' stop strings and stop token ids, for
-  std::vector<int32_t> stop_token_ids;  // stop_reason
-  ordered_json stop_reason = nullptr;   // vLLM's: the stop string or stop token id that ended it
+  bool echoed = false;                 // stream: the prompt (echo) went out
+  ordered_json stop_reason = nullptr;  // vLLM's: the stop string or stop token id that ended it
   std::vector<int32_t> tokens;
   std::vector<engine::SampledToken> logprobs;
   std::string text;
@@ -54,7 +53,12 @@ struct GenerationJob {
   std::string id;
   int64_t created = 0;
   std::string model;
+  // The checked request; its sampling parameters moved into `sampling` (request.params is reset
+  // to the defaults: read params()).
   GenerationRequest request;
+  // The sampling parameters, validated and normalized, held once: the choices' engine requests
+  // and detokenizers share them.
+  std::shared_ptr<const engine::PreparedParams> sampling;
   // The prompts' ids and, for echo, their text (the request's own, or the ids decoded).
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> prompt_texts;
@@ -65,10 +69,13 @@ struct GenerationJob {
   bool stream_started = false;
   bool stream_done = false;
 
-  // Takes the checked request: fills `choices` (n per prompt, in vLLM's order: choice p * n + j
-  // is prompt p's j-th) and returns the engine's inputs, one per choice, for EngineLoop::Submit.
-  // Runs on the handler's thread: whatever a request costs to prepare is paid here.
+  // Takes the checked request: prepares its parameters once (`sampling`), fills `choices` (n per
+  // prompt, in vLLM's order: choice p * n + j is prompt p's j-th) and returns the engine's
+  // requests, one per choice, for EngineLoop::Submit (PrepareChoices; a failure to prepare is a
+  // single failed input, which Submit reports on the channel). Needs `loop` and `tok`. Runs on
+  // the handler's thread: whatever a request costs to prepare is paid here.
   std::vector<ChoiceInput> Start(CheckedRequest checked);
+  const engine::SamplingParams& params() const { return sampling->params; }
 
   bool finished() const;
   int64_t prompt_tokens() const;

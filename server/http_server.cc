@@ -18,6 +18,7 @@
 #include "server/generation_job.h"
 #include "server/openai_json.h"
 #include "server/request_check.h"
+#include "server/tokenize_api.h"
 
 namespace moeserve::server {
 namespace {
@@ -163,6 +164,7 @@ struct HttpServer::Impl final : HttpRouter {
 
   // What the request checks need, as of now (max_model_len is the engine's).
   RequestContext Context() const {
+    const EngineLoop* l = loop.load();
     return {.tok = tok,
             .chat_template = chat_template ? &*chat_template : nullptr,
             .served_model_name = options.served_model_name,
@@ -171,7 +173,9 @@ struct HttpServer::Impl final : HttpRouter {
             .default_params = options.default_params,
             .extra_eos_ids = options.extra_eos_ids,
             .max_tokens_cap = options.max_tokens_cap,
-            .limits = options.request_limits};
+            .limits = options.request_limits,
+            .kv_cache_tokens =
+                l != nullptr ? l->layout().num_blocks * l->layout().block_size : 0};
   }
 
   // ---- Checks on the header ----
@@ -273,8 +277,8 @@ struct HttpServer::Impl final : HttpRouter {
     if (req.method == "OPTIONS") return {Preflight(), nullptr};
     if (path == "/v1/completions" && post) return HandleGeneration(req, Endpoint::kCompletions, wake);
     if (path == "/v1/chat/completions" && post) return HandleGeneration(req, Endpoint::kChat, wake);
-    if (path == "/tokenize" && post) return {HandleTokenize(req), nullptr};
-    if (path == "/detokenize" && post) return {HandleDetokenize(req), nullptr};
+    if (path == "/tokenize" && post) return {HandleTokenizer(req, TokenizeResponse), nullptr};
+    if (path == "/detokenize" && post) return {HandleTokenizer(req, DetokenizeResponse), nullptr};
     if (path == "/v1/models" && get) return {Models(), nullptr};
     if (path == "/health" && get) {
       EngineLoop* l = loop.load();
@@ -374,71 +378,14 @@ struct HttpServer::Impl final : HttpRouter {
     return {std::move(head), std::make_shared<GenerationSource>(std::move(job))};
   }
 
-  HttpResponse HandleTokenize(const HttpRequest& req) {
+  // /tokenize and /detokenize (tokenize_api.h).
+  HttpResponse HandleTokenizer(const HttpRequest& req,
+                               Result<ordered_json> (*answer)(const RequestContext&, const json&)) {
     Result<json> body = ParseRequestBody(req.body);
     if (!body.ok()) return ErrorResponse({400, body.status().message(), ""});
-    const json& b = *body;
-    const auto fail = [&](const Status& s) { return ErrorResponse(ToApiError(s)); };
-    if (b.contains("model") && !b["model"].is_null()) {
-      if (!b["model"].is_string()) return fail(InvalidArgument("\"model\" must be a string"));
-      if (Status s = CheckModel(Context(), b["model"].get<std::string>()); !s.ok()) return fail(s);
-    }
-    const bool chat = b.contains("messages");
-    bool add_special_tokens = !chat;
-    bool return_token_strs = false;
-    bool add_generation_prompt = true;
-    for (const auto& [key, flag] :
-         {std::pair<const char*, bool*>{"add_special_tokens", &add_special_tokens},
-          {"return_token_strs", &return_token_strs},
-          {"add_generation_prompt", &add_generation_prompt}}) {
-      if (!b.contains(key) || b[key].is_null()) continue;
-      if (!b[key].is_boolean()) return fail(InvalidArgument("\"{}\" must be true or false", key));
-      *flag = b[key].get<bool>();
-    }
-    std::string text;
-    if (chat) {
-      if (!b["messages"].is_array()) {
-        return fail(InvalidArgument("\"messages\" must be a list of messages"));
-      }
-      const std::string tools = b.contains("tools") ? b["tools"].dump() : "null";
-      Result<std::string> rendered =
-          RenderChat(Context(), {b["messages"].dump(), tools, add_generation_prompt, "{}"});
-      if (!rendered.ok()) return fail(rendered.status());
-      text = std::move(*rendered);
-    } else {
-      if (!b.contains("prompt") || !b["prompt"].is_string()) {
-        return fail(InvalidArgument("\"prompt\" must be a string"));
-      }
-      text = b["prompt"].get<std::string>();
-    }
-    Result<std::vector<int32_t>> ids = tok.Encode(text, add_special_tokens);
-    if (!ids.ok()) return fail(InvalidArgument("prompt: {}", ids.status().message()));
-    ordered_json out = {
-        {"count", ids->size()}, {"max_model_len", max_model_len()}, {"tokens", *ids}};
-    if (return_token_strs) {
-      ordered_json strs = ordered_json::array();
-      for (int32_t id : *ids) strs.push_back(std::string(tok.IdToToken(id).value_or("")));
-      out["token_strs"] = std::move(strs);
-    }
-    return JsonResponse(out);
-  }
-
-  HttpResponse HandleDetokenize(const HttpRequest& req) {
-    Result<json> body = ParseRequestBody(req.body);
-    if (!body.ok()) return ErrorResponse({400, body.status().message(), ""});
-    const json& b = *body;
-    if (!b.contains("tokens") || !b["tokens"].is_array()) {
-      return ErrorResponse({400, "\"tokens\" must be a list of token ids", "tokens"});
-    }
-    std::vector<int32_t> ids;
-    for (const json& id : b["tokens"]) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= tok.id_limit()) {
-        return ErrorResponse(
-            {400, fmt::format("\"tokens\": {} is not a token id", Echo(id.dump())), "tokens"});
-      }
-      ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
-    }
-    return JsonResponse({{"prompt", tok.Decode(ids)}});
+    Result<ordered_json> out = answer(Context(), *body);
+    if (!out.ok()) return ErrorResponse(ToApiError(out.status()));
+    return JsonResponse(*out);
   }
 };
 

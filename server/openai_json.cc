@@ -11,6 +11,14 @@
 namespace moeserve::server {
 namespace {
 
+// `s` cut to at most `max` bytes at a UTF-8 character's start, "..." marking the cut.
+std::string Truncated(std::string_view s, size_t max) {
+  if (s.size() <= max) return std::string(s);
+  size_t end = max;
+  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
+  return fmt::format("{}...", s.substr(0, end));
+}
+
 // Text offsets count characters, as Python's len() does (a U+FFFD for a broken byte is one).
 int64_t CountCodePoints(std::string_view text) {
   int64_t n = 0;
@@ -61,6 +69,56 @@ Status ReadPrompts(const json& v, GenerationRequest* r) {
   return OkStatus();
 }
 
+// Until structured output exists, only plain text: a request for JSON (or anything else) must not
+// be answered as if it had been heeded.
+Status CheckResponseFormat(const json& v) {
+  if (!v.is_object()) return InvalidArgument("\"response_format\" must be an object");
+  const auto type = v.find("type");
+  if (type == v.end() || !type->is_string()) {
+    return InvalidArgument("\"response_format\" must have a \"type\"");
+  }
+  if (*type == "text") return OkStatus();
+  return InvalidArgument(
+      "response_format: type {} (structured output) is not supported by this server; only "
+      "{{\"type\": \"text\"}}",
+      Truncated(type->dump(), 64));
+}
+
+// One part of a message's content list as text, as vLLM's _parse_chat_message_content_part
+// reads it: a string, or a text-like part ({"type": "text", "text": ...} and the Responses API's
+// spellings; refusal and thinking parts give their own field). nullopt: a text part without its
+// text, which vLLM skips.
+Result<std::optional<std::string>> ContentPartText(const json& part) {
+  if (part.is_string()) return std::optional<std::string>(part.get<std::string>());
+  if (!part.is_object()) {
+    return InvalidArgument("\"messages\": a content part must be an object or a string");
+  }
+  const auto type = part.find("type");
+  if (type == part.end() || type->is_null()) {
+    return InvalidArgument("\"messages\": a content part has no \"type\"");
+  }
+  if (!type->is_string()) {
+    return InvalidArgument("\"messages\": a content part's \"type\" must be a string");
+  }
+  const std::string& name = type->get_ref<const std::string&>();
+  const char* field = name == "text" || name == "input_text" || name == "output_text" ? "text"
+                      : name == "refusal"                                             ? "refusal"
+                      : name == "thinking"                                            ? "thinking"
+                                                                                      : nullptr;
+  if (field == nullptr) {
+    return InvalidArgument(
+        "\"messages\": content parts of type \"{}\" are not supported: this model reads text "
+        "only",
+        Truncated(name, 64));
+  }
+  const auto text = part.find(field);
+  if (text == part.end() || text->is_null()) return std::optional<std::string>();
+  if (!text->is_string()) {
+    return InvalidArgument("\"messages\": the \"{}\" of a content part must be a string", field);
+  }
+  return std::optional<std::string>(text->get<std::string>());
+}
+
 Status ReadStreamOptions(const json& v, GenerationRequest* r) {
   if (!v.is_object()) return InvalidArgument("\"stream_options\" must be an object");
   for (const auto& [key, value] : v.items()) {
@@ -77,14 +135,9 @@ Status ReadChatKey(const std::string& key, const json& value, GenerationRequest*
                    bool* handled) {
   *handled = true;
   if (key == "messages") {
-    if (!value.is_array()) return InvalidArgument("\"messages\" must be a list of messages");
-    if (value.empty()) return InvalidArgument("\"messages\" is empty");
-    for (const json& m : value) {
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
-        return InvalidArgument("\"messages\": each message must be an object with a \"role\"");
-      }
-    }
-    r->messages_json = value.dump();
+    ASSIGN_OR_RETURN(const json messages, NormalizeChatMessages(value));
+    if (messages.empty()) return InvalidArgument("\"messages\" is empty");
+    r->messages_json = messages.dump();
   } else if (key == "tools") {
     if (!value.is_null() && !value.is_array()) {
       return InvalidArgument("\"tools\" must be a list of tools");
@@ -114,6 +167,38 @@ Status ReadChatKey(const std::string& key, const json& value, GenerationRequest*
 }
 
 }  // namespace
+
+Result<json> NormalizeChatMessages(const json& messages) {
+  if (!messages.is_array()) return InvalidArgument("\"messages\" must be a list of messages");
+  json out = json::array();
+  for (const json& m : messages) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      return InvalidArgument("\"messages\": each message must be an object with a \"role\"");
+    }
+    json message = m;
+    json& content = message["content"];
+    if (content.is_array()) {
+      // vLLM's "string" content format: the text parts joined by newlines.
+      std::string joined;
+      bool first = true;
+      for (const json& part : content) {
+        ASSIGN_OR_RETURN(std::optional<std::string> text, ContentPartText(part));
+        if (!text) continue;
+        if (!first) joined += '\n';
+        joined += *text;
+        first = false;
+      }
+      content = std::move(joined);
+    } else if (content.is_null()) {
+      content = "";  // vLLM's too: no parts, joined
+    } else if (!content.is_string()) {
+      return InvalidArgument(
+          "\"messages\": a message's \"content\" must be a string or a list of content parts");
+    }
+    out.push_back(std::move(message));
+  }
+  return out;
+}
 
 Result<GenerationRequest> ParseGenerationRequest(const json& body, Endpoint endpoint,
                                                  const engine::SamplingParams& defaults) {
@@ -155,16 +240,19 @@ Result<GenerationRequest> ParseGenerationRequest(const json& body, Endpoint endp
       RETURN_IF_ERROR(ReadBool(value, key, &r.add_special_tokens));
     } else if (key == "echo" && !chat) {
       RETURN_IF_ERROR(ReadBool(value, key, &r.echo));
+    } else if (key == "response_format") {
+      RETURN_IF_ERROR(CheckResponseFormat(value));
     }
     // Other keys (user, suffix, tool_choice, ...) are accepted and ignored, as vLLM ignores the
     // fields it does not use.
   }
   if (chat) {
     if (r.messages_json.empty()) return InvalidArgument("\"messages\" is required");
-    if (top_logprobs && (*top_logprobs < 0 || *top_logprobs > 20)) {
-      return InvalidArgument("top_logprobs must be in [0, 20], got {}", *top_logprobs);
+    // vLLM's check; the upper bound is --max-logprobs' (request_check.cc).
+    if (top_logprobs && *top_logprobs < -1) {
+      return InvalidArgument("top_logprobs must be non-negative or -1, got {}", *top_logprobs);
     }
-    if (top_logprobs && !chat_logprobs.value_or(false) && *top_logprobs > 0) {
+    if (top_logprobs && !chat_logprobs.value_or(false) && *top_logprobs != 0) {
       return InvalidArgument("top_logprobs needs \"logprobs\": true");
     }
     if (chat_logprobs.value_or(false)) r.params.logprobs = top_logprobs.value_or(0);
@@ -174,7 +262,10 @@ Result<GenerationRequest> ParseGenerationRequest(const json& body, Endpoint endp
   r.return_prompt_logprobs = r.params.prompt_logprobs.has_value();
   // vLLM: echoed logprobs cover the prompt, so echo with logprobs asks for prompt logprobs.
   if (r.echo && r.params.logprobs) {
-    r.params.prompt_logprobs = std::max(r.params.prompt_logprobs.value_or(0), *r.params.logprobs);
+    const int64_t asked = r.params.prompt_logprobs.value_or(0);
+    r.params.prompt_logprobs = asked == -1 || *r.params.logprobs == -1
+                                   ? -1  // the whole vocabulary
+                                   : std::max(asked, *r.params.logprobs);
   }
   if (stream_options_given && !r.stream) {
     return InvalidArgument("stream_options can only be set when stream is true");
@@ -255,9 +346,13 @@ ordered_json PromptLogprobsJson(const tokenizer::Tokenizer& tok,
   for (const engine::SampledToken& s : prompt_logprobs) {
     ordered_json position = ordered_json::object();
     position[std::to_string(s.token)] = entry(s.sampled);
+    // The top ids are distinct, so only the prompt's own token may be among them: the entries
+    // are appended unchecked (ordered_json's operator[] searches its list, which made a
+    // whole-vocabulary position quadratic).
+    auto& entries = static_cast<ordered_json::object_t::Container&>(
+        position.get_ref<ordered_json::object_t&>());
     for (const engine::TokenLogprob& t : s.top) {
-      const std::string key = std::to_string(t.token);
-      if (!position.contains(key)) position[key] = entry(t);
+      if (t.token != s.sampled.token) entries.emplace_back(std::to_string(t.token), entry(t));
     }
     out.push_back(std::move(position));
   }
@@ -279,7 +374,8 @@ ordered_json ChatLogprobsContentJson(const tokenizer::Tokenizer& tok,
   for (const engine::SampledToken& s : logprobs) {
     ordered_json e = entry(s.token, s.sampled.logprob);
     ordered_json top = ordered_json::array();
-    for (size_t i = 0; i < s.top.size() && static_cast<int64_t>(i) < num_top; ++i) {
+    for (size_t i = 0; i < s.top.size() && (num_top < 0 || static_cast<int64_t>(i) < num_top);
+         ++i) {
       top.push_back(entry(s.top[i].token, s.top[i].logprob));
     }
     e["top_logprobs"] = std::move(top);

@@ -50,6 +50,14 @@ struct GenerationRequest {
   bool return_prompt_logprobs = false;
 };
 
+// Chat messages as the template gets them, as vLLM's chat_utils makes them for a template that
+// takes string content: each message an object with a string "role"; a "content" list of parts
+// becomes its text parts joined by "\n" (a bare string part counts as text), a null or missing
+// one ""; parts of other types
+// (image_url, input_audio, file, ...) are an InvalidArgument naming the type -- this server reads
+// text only.
+Result<json> NormalizeChatMessages(const json& messages);
+
 // Reads a request body (an object). Errors are InvalidArgument naming the field first, so that
 // ToApiError finds the parameter.
 // Keys the body does not give keep their `defaults`.
@@ -87,7 +95,7 @@ ordered_json PromptLogprobsJson(const tokenizer::Tokenizer& tok,
                                 const std::vector<engine::SampledToken>& prompt_logprobs);
 
 // Chat logprobs entries [{"token", "logprob", "bytes", "top_logprobs": [...]}] (the "content"
-// array).
+// array), num_top of the top ones each (-1: all).
 ordered_json ChatLogprobsContentJson(const tokenizer::Tokenizer& tok,
                                      const std::vector<engine::SampledToken>& logprobs,
                                      int64_t num_top);

@@ -64,10 +64,9 @@ struct CheckedRequest {
 Status CheckModel(const RequestContext& ctx, const std::string& model);
 
 // A prompt's text before it is encoded: more bytes than max_model_len tokens can stand for
-// (Tokenizer::max_bytes_per_token) is a 400 naming max_model_len. `what`: the field ("prompt",
-// "messages").
-std::optional<ApiError> CheckTextLength(const RequestContext& ctx, std::string_view text,
-                                        std::string_view what);
+// (Tokenizer::max_bytes_per_token) is an InvalidArgument naming `what` (the field: "prompt",
+// "messages") and --max-model-len. Constant time: a text that cannot fit is never encoded.
+Status CheckTextLength(const RequestContext& ctx, std::string_view text, std::string_view what);
 
 // The chat template over a request's messages; its errors are the request's (InvalidArgument).
 Result<std::string> RenderChat(const RequestContext& ctx,

@@ -10,6 +10,11 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer,
                                                DetokenizerOptions options)
     : tokenizer_(tokenizer), options_(std::move(options)) {}
 
+const std::vector<std::string>& IncrementalDetokenizer::stop_strings() const {
+  static const std::vector<std::string> kNone;
+  return options_.stop != nullptr ? *options_.stop : kNone;
+}
+
 std::string IncrementalDetokenizer::Add(int32_t id, bool ends_generation) {
   std::string out;
   if (stopped() || flushed_) return out;
@@ -55,8 +60,8 @@ void IncrementalDetokenizer::Release(std::string* out, size_t searched_up_to, bo
   size_t best_start = 0;
   size_t best_end = std::string::npos;
   int best = -1;
-  for (size_t i = 0; i < options_.stop.size(); ++i) {
-    const std::string& stop = options_.stop[i];
+  for (size_t i = 0; i < stop_strings().size(); ++i) {
+    const std::string& stop = stop_strings()[i];
     if (stop.empty()) continue;
     const size_t from = searched_up_to >= stop.size() - 1 ? searched_up_to - (stop.size() - 1) : 0;
     const size_t at = pending_.find(stop, from);
@@ -78,7 +83,7 @@ void IncrementalDetokenizer::Release(std::string* out, size_t searched_up_to, bo
   // Hold back the longest tail of pending_ that a stop string starts with.
   size_t hold = 0;
   if (!final) {
-    for (const std::string& stop : options_.stop) {
+    for (const std::string& stop : stop_strings()) {
       if (stop.empty()) continue;
       for (size_t k = std::min(stop.size() - 1, pending_.size()); k > hold; --k) {
         if (std::string_view(pending_).substr(pending_.size() - k) ==

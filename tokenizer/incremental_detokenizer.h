@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,8 +23,9 @@ namespace moeserve::tokenizer {
 
 struct DetokenizerOptions {
   bool skip_special_tokens = false;
-  // Empty strings are ignored (the server rejects them, as vLLM does).
-  std::vector<std::string> stop = {};
+  // Empty strings are ignored (the server rejects them, as vLLM does). Shared, not copied: the
+  // server's choices of one request all point at the request's list.
+  std::shared_ptr<const std::vector<std::string>> stop = nullptr;
   bool include_stop_str_in_output = false;
   // As vLLM: no stop string may end in the text of the first min_tokens ids (one may start
   // there and end later).
@@ -55,6 +57,7 @@ class IncrementalDetokenizer {
   // Checks stop strings in pending_ (text before searched_up_to was checked already) and moves
   // what is final to *out; with final = true nothing is held back any more.
   void Release(std::string* out, size_t searched_up_to, bool final);
+  const std::vector<std::string>& stop_strings() const;
 
   const Tokenizer& tokenizer_;
   DetokenizerOptions options_;

@@ -25,7 +25,7 @@ DetokenizerOptions Options(bool skip_special_tokens, std::vector<std::string> st
                            bool include_stop_str_in_output = false) {
   DetokenizerOptions options;
   options.skip_special_tokens = skip_special_tokens;
-  options.stop = std::move(stop);
+  options.stop = std::make_shared<const std::vector<std::string>>(std::move(stop));
   options.include_stop_str_in_output = include_stop_str_in_output;
   return options;
 }

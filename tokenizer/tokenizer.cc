@@ -1,11 +1,28 @@
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
+
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/utf8.h"
 
 namespace moeserve::tokenizer {
 
-Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+namespace {
+
+// Unicode composition shrinks text at most this much (NFC: three jamo of 3 bytes make one
+// syllable of 3), with room to spare.
+constexpr size_t kMaxNormalizerShrink = 4;
+
+}  // namespace
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  size_t longest = 1;
+  for (size_t i = 0; i + 1 < impl_->decode_offsets.size(); ++i) {
+    longest = std::max<size_t>(longest, impl_->decode_offsets[i + 1] - impl_->decode_offsets[i]);
+  }
+  impl_->max_bytes_per_token =
+      longest * (impl_->normalizer.is_identity() ? 1 : kMaxNormalizerShrink);
+}
 Tokenizer::~Tokenizer() = default;
 
 Result<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
@@ -104,6 +121,7 @@ std::optional<std::string_view> Tokenizer::IdToToken(int32_t id) const {
 size_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
 int32_t Tokenizer::id_limit() const { return static_cast<int32_t>(impl_->id_flags.size()); }
 const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added; }
+size_t Tokenizer::max_bytes_per_token() const { return impl_->max_bytes_per_token; }
 const std::optional<NamedToken>& Tokenizer::bos_token() const { return impl_->bos; }
 const std::optional<NamedToken>& Tokenizer::eos_token() const { return impl_->eos; }
 const std::optional<NamedToken>& Tokenizer::pad_token() const { return impl_->pad; }

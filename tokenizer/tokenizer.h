@@ -79,6 +79,11 @@ class Tokenizer {
   // One past the largest id.
   int32_t id_limit() const;
   const std::vector<AddedToken>& added_tokens() const;
+  // The most bytes of input text one token stands for: the longest token's bytes, times 4 when a
+  // Unicode normalizer runs first (composing shrinks text: NFC makes 9 bytes of Hangul jamo 3).
+  // With a byte-level BPE, whose tokens cover every byte, a text of more than n times this many
+  // bytes encodes to more than n tokens: the server refuses such a prompt without encoding it.
+  size_t max_bytes_per_token() const;
 
   // From tokenizer_config.json (nullopt when absent or null).
   const std::optional<NamedToken>& bos_token() const;

@@ -184,7 +184,9 @@ void BM_Decode(benchmark::State& state) {
 void BM_IncrementalDetokenize(benchmark::State& state) {
   const std::vector<std::vector<int32_t>> all = MixedIds();
   DetokenizerOptions options;
-  options.stop = {"<|im_end|>", "\n\n\n\n"};  // two stop strings, as a server request might set
+  // Two stop strings, as a server request might set.
+  options.stop = std::make_shared<const std::vector<std::string>>(
+      std::vector<std::string>{"<|im_end|>", "\n\n\n\n"});
   size_t bytes = 0;
   size_t tokens = 0;
   for (auto _ : state) {

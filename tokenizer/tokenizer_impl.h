@@ -44,6 +44,7 @@ struct Tokenizer::Impl {
   std::vector<int32_t> added_index;  // id -> index into `added`, -1 when not an added token
   std::unordered_map<std::string, int32_t> added_ids;  // content -> id
   size_t vocab_size = 0;
+  size_t max_bytes_per_token = 0;  // Tokenizer::max_bytes_per_token, set by its constructor
 
   std::optional<NamedToken> bos;
   std::optional<NamedToken> eos;
