@@ -11,10 +11,16 @@ const char* ErrorType(int status) {
       return "BadRequestError";
     case 401:
       return "Unauthorized";
+    case 403:
+      return "Forbidden";
     case 404:
       return "NotFoundError";
+    case 405:
+      return "Method Not Allowed";
     case 413:
       return "Request Entity Too Large";
+    case 431:
+      return "Request Header Fields Too Large";
     case 501:
       return "NotImplementedError";
     case 503:
