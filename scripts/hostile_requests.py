@@ -235,8 +235,8 @@ def table(args):
 
 def summary(args):
     # Every row on one server, three times over: memory after, against before. The first pass
-    # warms the server up (a first generation faults in the engine's scratch and KV pages,
-    # ~35 MB on the default model, which stay as a cache's capacity does), and is reported too.
+    # warms the server up (a first generation faults in the engine's scratch and cache pages,
+    # ~40 MB on the default model, kept as a cache's are), and is reported too.
     server = Server(args.binary, args.model, args.serve_args.split())
     try:
         loaded = server.rss_mb()
@@ -275,9 +275,11 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--binary", default=os.path.join(ROOT, "build/release/cli/moeserve"))
     p.add_argument("--model", default=os.path.join(ROOT, "models/default"))
-    p.add_argument("--serve-args", default="",
-                   help="more flags for the summary's server, e.g. a small --kv-cache-memory so "
-                        "that the warm-up pass touches all of the caches")
+    p.add_argument("--serve-args", default="--kv-cache-memory 0.015 --state-cache-memory 0.015",
+                   help="more flags for the summary's server: by default caches small enough "
+                        "that the warm-up pass touches all of their pages (a cache's pages are "
+                        "backed as they are first written and then kept, so a large one grows "
+                        "resident memory pass after pass until it is all touched)")
     p.add_argument("--summary-only", action="store_true",
                    help="skip the per-row table (a fresh server per row)")
     args = p.parse_args()
