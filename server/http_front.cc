@@ -1,9 +1,8 @@
 #include "server/http_front.h"
 
+#include <fmt/format.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-
-#include <fmt/format.h>
 
 #include <atomic>
 // Beast's string_view as std::string_view (its own default in 1.74 is boost::string_view).
@@ -112,10 +111,9 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
     // fail every Content-Length in Boost 1.74's comparison).
     parser_->body_limit(std::numeric_limits<uint64_t>::max());
     stream_.expires_after(s_.limits.header_timeout);
-    http::async_read_header(stream_, buffer_, *parser_,
-                            [self = this->shared_from_this()](error_code ec, size_t) {
-                              self->OnHeader(ec);
-                            });
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = this->shared_from_this()](error_code ec, size_t) { self->OnHeader(ec); });
   }
 
   void OnHeader(error_code ec) {
@@ -174,10 +172,9 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
 
   void ReadBody() {
     stream_.expires_after(s_.limits.body_timeout);
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = this->shared_from_this()](error_code ec, size_t) {
-                       self->OnBody(ec);
-                     });
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = this->shared_from_this()](error_code ec, size_t) { self->OnBody(ec); });
   }
 
   void OnBody(error_code ec) {
@@ -252,8 +249,8 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
     if (streaming && (!p.events.empty() || p.done)) {
       net::post(stream_.get_executor(),
                 [self = this->shared_from_this(), events = std::move(p.events), done = p.done] {
-                  if (!events.empty()) self->Queue({Kind::kChunk, {}, {}, {},
-                                                    std::make_shared<std::string>(events)});
+                  if (!events.empty())
+                    self->Queue({Kind::kChunk, {}, {}, {}, std::make_shared<std::string>(events)});
                   if (done) self->Queue({Kind::kLast, {}, {}, {}, {}});
                 });
     }
@@ -298,8 +295,8 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
 
   void SendHead(const HttpResponse& r) {
     if (closed_) return;
-    auto head = std::make_shared<http::response<http::empty_body>>(
-        static_cast<http::status>(r.status), 11);
+    auto head =
+        std::make_shared<http::response<http::empty_body>>(static_cast<http::status>(r.status), 11);
     SetHead(head->base(), r);
     head->keep_alive(keep_alive_);
     head->chunked(true);
@@ -328,9 +325,7 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
       return;
     }
     writing_ = true;
-    auto done = [self = this->shared_from_this()](error_code ec, size_t) {
-      self->OnWritten(ec);
-    };
+    auto done = [self = this->shared_from_this()](error_code ec, size_t) { self->OnWritten(ec); };
     Outgoing& item = out_.front();
     switch (item.kind) {
       case Kind::kWhole:
@@ -424,12 +419,11 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
     if (closed_ || drained > kMaxLingerBytes || left <= left.zero()) return Close();
     buffer_.consume(buffer_.size());
     stream_.expires_after(std::min<std::chrono::steady_clock::duration>(left, kLingerIdle));
-    stream_.async_read_some(
-        buffer_.prepare(16 << 10),
-        [self = this->shared_from_this(), drained, until](error_code ec, size_t n) {
-          if (ec) return self->Close();
-          self->Linger(drained + n, until);
-        });
+    stream_.async_read_some(buffer_.prepare(16 << 10), [self = this->shared_from_this(), drained,
+                                                        until](error_code ec, size_t n) {
+      if (ec) return self->Close();
+      self->Linger(drained + n, until);
+    });
   }
 
   void Close() {
@@ -612,7 +606,8 @@ std::string HttpFront::ServeBytes(std::string_view bytes) {
   });
   std::string out;
   char buf[16384];
-  for (ssize_t n; (n = read(fds[1], buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
+  for (ssize_t n; (n = read(fds[1], buf, sizeof(buf))) > 0;)
+    out.append(buf, static_cast<size_t>(n));
   writer.join();
   close(fds[1]);
   // Handlers that hold the connection finish on this io_context: it runs until they have.

@@ -63,7 +63,8 @@ size_t SendAll(int fd, std::string_view bytes, std::chrono::milliseconds timeout
     pollfd p{fd, POLLOUT, 0};
     if (poll(&p, 1, 100) <= 0) continue;
     if (p.revents & (POLLERR | POLLHUP)) break;
-    const ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n =
+        send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (n <= 0) break;
     sent += static_cast<size_t>(n);
@@ -73,7 +74,7 @@ size_t SendAll(int fd, std::string_view bytes, std::chrono::milliseconds timeout
 
 int StatusOf(std::string_view response, size_t at = 0) {
   return response.size() > at + 12 ? std::atoi(std::string(response.substr(at + 9, 3)).c_str())
-                                    : -1;
+                                   : -1;
 }
 
 // Every status line's code, in order.
@@ -115,7 +116,8 @@ int64_t ResidentKiB() {
 class HttpFrontTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    Result<std::unique_ptr<tokenizer::Tokenizer>> tok = tokenizer::Tokenizer::LoadFromDir(kModelDir);
+    Result<std::unique_ptr<tokenizer::Tokenizer>> tok =
+        tokenizer::Tokenizer::LoadFromDir(kModelDir);
     ASSERT_TRUE(tok.ok()) << tok.status().ToString();
     tok_ = std::move(*tok);
     options_.port = 0;
@@ -177,7 +179,8 @@ class HttpFrontTest : public ::testing::Test {
 TEST_F(HttpFrontTest, PipelinedRequestsAreAnsweredInOrder) {
   Start();
   // Three GETs in one write, then a mix whose answers differ, the last closing.
-  std::string r = Exchange(Get("/version") + Get("/version") + Get("/version", "Connection: close\r\n"));
+  std::string r =
+      Exchange(Get("/version") + Get("/version") + Get("/version", "Connection: close\r\n"));
   EXPECT_EQ(Statuses(r), (std::vector<int>{200, 200, 200})) << r;
   r = Exchange(Get("/version") + Post("/detokenize", R"({"tokens": [72, 101]})") + Get("/nope") +
                Post("/detokenize", R"({"tokens": "x"})", "Connection: close\r\n"));
@@ -289,7 +292,8 @@ TEST_F(HttpFrontTest, TheKeyIsCheckedBeforeTheBodyAndItsSchemeIsCaseInsensitive)
   // 24 MiB announced, no key: the 401 comes at once, with nothing of the body sent.
   int fd = Connect();
   ASSERT_GE(fd, 0);
-  SendAll(fd, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 25165824\r\n\r\n");
+  SendAll(fd,
+          "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 25165824\r\n\r\n");
   const Clock::time_point start = Clock::now();
   std::string r = ReadUntilClosed(fd, 2000ms);
   close(fd);
@@ -297,7 +301,8 @@ TEST_F(HttpFrontTest, TheKeyIsCheckedBeforeTheBodyAndItsSchemeIsCaseInsensitive)
   EXPECT_LT(Seconds(Clock::now() - start), 1.5);
 
   const auto models = [&](const std::string& auth) {
-    return StatusOf(Exchange(Get("/v1/models", "Authorization: " + auth + "\r\nConnection: close\r\n")));
+    return StatusOf(
+        Exchange(Get("/v1/models", "Authorization: " + auth + "\r\nConnection: close\r\n")));
   };
   EXPECT_EQ(models("Bearer sekrit"), 200);
   EXPECT_EQ(models("bearer sekrit"), 200);  // RFC 7235: the scheme is case-insensitive
@@ -328,8 +333,8 @@ TEST_F(HttpFrontTest, HostAndOriginMustBeThisServersWithoutAKey) {
   EXPECT_EQ(StatusOf(get("10.1.2.3")), 403);
   // A name --allowed-origins gives (the server reached as http://app.example:3000) is served.
   EXPECT_EQ(StatusOf(get("app.example:3000")), 200);
-  for (const std::string host : {"127.0.0.1", "localhost", "LocalHost:8000", "[::1]:9",
-                                 "x.localhost", "127.0.0.2"}) {
+  for (const std::string host :
+       {"127.0.0.1", "localhost", "LocalHost:8000", "[::1]:9", "x.localhost", "127.0.0.2"}) {
     EXPECT_EQ(StatusOf(get(host)), 200) << host;
   }
   // A text/plain POST from a page elsewhere (no preflight in a browser): refused.
@@ -349,7 +354,8 @@ TEST_F(HttpFrontTest, HostAndOriginMustBeThisServersWithoutAKey) {
   EXPECT_NE(r.find("Access-Control-Allow-Origin: http://app.example:3000"), std::string::npos);
   r = Exchange(
       "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: "
-      "http://app.example:3000\r\nAccess-Control-Request-Method: POST\r\nConnection: close\r\n\r\n");
+      "http://app.example:3000\r\nAccess-Control-Request-Method: POST\r\nConnection: "
+      "close\r\n\r\n");
   EXPECT_EQ(StatusOf(r), 204) << r;
   EXPECT_NE(r.find("Access-Control-Allow-Headers: Authorization, Content-Type"), std::string::npos);
 }
@@ -372,7 +378,8 @@ TEST_F(HttpFrontTest, ThousandsOfIdleConnectionsLeaveARequestPrompt) {
     idle.push_back(fd);
     if (i % 2 == 0) SendAll(fd, "GET /ver");  // half of them start a request and stall
   }
-  for (int i = 0; i < 200 && server_->num_connections() < kIdle; ++i) std::this_thread::sleep_for(10ms);
+  for (int i = 0; i < 200 && server_->num_connections() < kIdle; ++i)
+    std::this_thread::sleep_for(10ms);
   EXPECT_GE(server_->num_connections(), static_cast<size_t>(kIdle));
   const int64_t grown = ResidentKiB() - before;
   // A generation on a new connection is served at once.

@@ -131,9 +131,10 @@ class GenerationSource final : public ResponseSource {
 
   void Abort() override {
     if (job_->finished()) return;
-    LogInfo("server: {}: the client hung up before its answer was complete (client gone): "
-            "aborting",
-            job_->id);
+    LogInfo(
+        "server: {}: the client hung up before its answer was complete (client gone): "
+        "aborting",
+        job_->id);
     job_->loop->Abort(job_->channel);
   }
 
@@ -174,8 +175,7 @@ struct HttpServer::Impl final : HttpRouter {
             .extra_eos_ids = options.extra_eos_ids,
             .max_tokens_cap = options.max_tokens_cap,
             .limits = options.request_limits,
-            .kv_cache_tokens =
-                l != nullptr ? l->layout().num_blocks * l->layout().block_size : 0};
+            .kv_cache_tokens = l != nullptr ? l->layout().num_blocks * l->layout().block_size : 0};
   }
 
   // ---- Checks on the header ----
@@ -225,7 +225,8 @@ struct HttpServer::Impl final : HttpRouter {
         origin && !OriginAllowed(*origin, host)) {
       return ErrorResponse(
           {403,
-           fmt::format("cross-origin request from \"{}\" refused (--allowed-origins)", Echo(*origin)),
+           fmt::format("cross-origin request from \"{}\" refused (--allowed-origins)",
+                       Echo(*origin)),
            ""});
     }
     // vLLM's --api-key: every /v1 route needs "Authorization: Bearer <key>".
@@ -275,7 +276,8 @@ struct HttpServer::Impl final : HttpRouter {
     const bool get = req.method == "GET";
     const bool post = req.method == "POST";
     if (req.method == "OPTIONS") return {Preflight(), nullptr};
-    if (path == "/v1/completions" && post) return HandleGeneration(req, Endpoint::kCompletions, wake);
+    if (path == "/v1/completions" && post)
+      return HandleGeneration(req, Endpoint::kCompletions, wake);
     if (path == "/v1/chat/completions" && post) return HandleGeneration(req, Endpoint::kChat, wake);
     if (path == "/tokenize" && post) return {HandleTokenizer(req, TokenizeResponse), nullptr};
     if (path == "/detokenize" && post) return {HandleTokenizer(req, DetokenizeResponse), nullptr};
@@ -410,7 +412,9 @@ void HttpServer::SetEngine(EngineLoop* loop) { impl_->loop.store(loop); }
 
 void HttpServer::Stop() { impl_->front.Stop(); }
 
-std::string HttpServer::ServeBytes(std::string_view bytes) { return impl_->front.ServeBytes(bytes); }
+std::string HttpServer::ServeBytes(std::string_view bytes) {
+  return impl_->front.ServeBytes(bytes);
+}
 
 size_t HttpServer::num_connections() const { return impl_->front.num_connections(); }
 

@@ -148,10 +148,10 @@ std::optional<ApiError> CheckPrompt(const RequestContext& ctx, const std::vector
   if (prompt.empty()) return ApiError{400, "the prompt is empty", "prompt"};
   for (int32_t id : prompt) {
     if (id >= ctx.vocab_size) {
-      return ApiError{400,
-                      fmt::format("prompt: token id {} is outside the vocabulary [0, {})", id,
-                                  ctx.vocab_size),
-                      "prompt"};
+      return ApiError{
+          400,
+          fmt::format("prompt: token id {} is outside the vocabulary [0, {})", id, ctx.vocab_size),
+          "prompt"};
     }
   }
   // vLLM's messages.
@@ -195,7 +195,8 @@ Status CheckTextLength(const RequestContext& ctx, std::string_view text, std::st
       what, bytes, ctx.max_model_len, per_token);
 }
 
-Result<std::string> RenderChat(const RequestContext& ctx, const tokenizer::ChatTemplateInputs& inputs) {
+Result<std::string> RenderChat(const RequestContext& ctx,
+                               const tokenizer::ChatTemplateInputs& inputs) {
   if (ctx.chat_template == nullptr) {
     return InvalidArgument(
         "messages: the model has no chat template (tokenizer_config.json "
