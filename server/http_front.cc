@@ -40,6 +40,15 @@ constexpr auto kLingerIdle = std::chrono::seconds(1);
 
 bool IEquals(std::string_view a, std::string_view b) { return beast::iequals(a, b); }
 
+// A read that ended because the connection did: the client closed or reset it, or stopped in
+// the middle of a message, or a deadline passed (the stream has closed the socket then, so no
+// 408 can be sent). Nothing is answered.
+bool ConnectionEnded(error_code ec) {
+  return ec == beast::error::timeout || ec == http::error::end_of_stream ||
+         ec == http::error::partial_message || ec == net::error::eof ||
+         ec == net::error::operation_aborted || ec == net::error::connection_reset;
+}
+
 // State the front shares with its connections.
 struct Shared {
   HttpLimits limits;
@@ -121,12 +130,7 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
       return Refuse(431, fmt::format("the request header is larger than {} bytes",
                                      s_.limits.max_header_bytes));
     }
-    // A deadline passed: the stream has closed the socket already (no 408 can be sent).
-    if (ec == beast::error::timeout) return Close();
-    if (ec == http::error::end_of_stream || ec == net::error::eof ||
-        ec == net::error::operation_aborted || ec == net::error::connection_reset) {
-      return Close();
-    }
+    if (ConnectionEnded(ec)) return Close();
     if (ec) return Refuse(400, fmt::format("malformed request: {}", ec.message()));
     const auto& req = parser_->get();
     request_ = HttpRequest{};
@@ -146,10 +150,7 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
       return Send(std::move(*refused), /*then_close=*/true);
     }
     const boost::optional<uint64_t> length = parser_->content_length();
-    if (length && *length > s_.limits.max_body_bytes) {
-      return Refuse(413, fmt::format("the request body is larger than {} bytes (--max-body-mib)",
-                                     s_.limits.max_body_bytes));
-    }
+    if (length && *length > s_.limits.max_body_bytes) return RefuseBody();
     const size_t reserve = length ? *length : (parser_->chunked() ? s_.limits.max_body_bytes : 0);
     if (s_.pending_body_bytes.fetch_add(reserve) + reserve > s_.limits.max_pending_body_bytes) {
       s_.pending_body_bytes -= reserve;
@@ -178,15 +179,8 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
   }
 
   void OnBody(error_code ec) {
-    if (ec == http::error::body_limit) {
-      return Refuse(413, fmt::format("the request body is larger than {} bytes (--max-body-mib)",
-                                     s_.limits.max_body_bytes));
-    }
-    if (ec == beast::error::timeout) return Close();
-    if (ec == http::error::partial_message || ec == net::error::eof ||
-        ec == net::error::operation_aborted || ec == net::error::connection_reset) {
-      return Close();
-    }
+    if (ec == http::error::body_limit) return RefuseBody();
+    if (ConnectionEnded(ec)) return Close();
     if (ec) return Refuse(400, fmt::format("malformed request body: {}", ec.message()));
     request_.body = std::move(parser_->get().body());
     parser_.reset();
@@ -311,6 +305,12 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
       in_flight_ = true;
     }
     Send(s_.router.Error(status, std::move(message)), /*then_close=*/true);
+  }
+
+  // A body past the limit: announced in Content-Length, or a chunked one that grew past it.
+  void RefuseBody() {
+    Refuse(413, fmt::format("the request body is larger than {} bytes (--max-body-mib)",
+                            s_.limits.max_body_bytes));
   }
 
   void Queue(Outgoing item) {
