@@ -15,7 +15,7 @@ using tokenizer::Tokenizer;
 const Tokenizer& Tok() {
   static const Tokenizer* tok = [] {
     Result<std::unique_ptr<Tokenizer>> t =
-        Tokenizer::LoadFromDir(std::string(MOESERVE_SHARED_DIR) + "/testdata/tiny-qwen3next");
+        Tokenizer::LoadFromDir(std::string(MOESERVE_TESTDATA_DIR) + "/tiny-qwen3next");
     EXPECT_TRUE(t.ok()) << t.status().ToString();
     return t.ok() ? t->release() : nullptr;
   }();

@@ -38,7 +38,7 @@ constexpr char kCommand[] = "make-model";
 enum class Preset { kTiny, kSmall, kBench };
 
 // The shapes of each (architecture, preset). tiny: a few MB, for tests (the hybrid one has the
-// shapes of ../shared/testdata/tiny-qwen3next). small: ~100 M parameters, the demo model. bench:
+// shapes of testdata/tiny-qwen3next). small: ~100 M parameters, the demo model. bench:
 // per-layer shapes of the real models (Qwen3-Next / Qwen3.5-35B-A3B: hidden 2048, 16 q heads x 256,
 // GDN 16 k / 32 v heads x 128, experts of width 512) with 8 layers and 32 experts top-8.
 ModelConfig PresetConfig(Architecture arch, Preset preset) {

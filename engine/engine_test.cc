@@ -1,4 +1,4 @@
-// The engine over real models: the hybrid golden model (../shared/testdata/tiny-qwen3next) and an
+// The engine over real models: the hybrid golden model (testdata/tiny-qwen3next) and an
 // attention-only Qwen3-MoE made by `moeserve make-model`. Batch invariance (bit for bit), paged
 // results against the single-sequence forward, chunked prefill, preemption and recompute, prefix
 // caching, abort, and zero heap allocations per steady decode step.

@@ -25,7 +25,7 @@ namespace moeserve::engine::test_util {
 
 namespace fs = std::filesystem;
 
-inline const std::string kHybridDir = MOESERVE_SHARED_DIR "/testdata/tiny-qwen3next";
+inline const std::string kHybridDir = MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
 
 inline std::unique_ptr<model::CausalLm> LoadModel(
     const std::string& dir, std::optional<DType> weight_dtype = std::nullopt) {

@@ -1,4 +1,4 @@
-// The forward pass against independent goldens (../shared/testdata/tiny-qwen3next: llama.cpp in
+// The forward pass against independent goldens (testdata/tiny-qwen3next: llama.cpp in
 // f32, cross-checked with a numpy f64 reference written from HF's modelling code).
 #include "model/causal_lm.h"
 
@@ -28,7 +28,7 @@ using testing::RowRelError;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const std::string kTinyDir = MOESERVE_SHARED_DIR "/testdata/tiny-qwen3next";
+const std::string kTinyDir = MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
 constexpr int64_t kVocab = 512;
 
 std::vector<float> ReadF32(const std::string& path) {

@@ -10,7 +10,7 @@
 namespace moeserve::model {
 namespace {
 
-constexpr char kTinyDir[] = MOESERVE_SHARED_DIR "/testdata/tiny-qwen3next";
+constexpr char kTinyDir[] = MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
 
 // The walk lists exactly the tensors of an independently made Qwen3-Next checkpoint: same
 // names, same shapes, nothing missing, nothing extra.

@@ -16,7 +16,7 @@ namespace {
 using testing::Argmax;
 using testing::RowRelError;
 
-const std::string kTinyDir = MOESERVE_SHARED_DIR "/testdata/tiny-qwen3next";
+const std::string kTinyDir = MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
 
 // A prompt through the group: its logits [T, V], the greedy next token (argmax pairs), and the
 // MTP head's drafts over the prompt (argmax pairs).

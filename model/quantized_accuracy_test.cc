@@ -38,7 +38,7 @@ constexpr bool kSanitized = true;
 constexpr bool kSanitized = false;
 #endif
 
-const std::string kTinyDir = MOESERVE_SHARED_DIR "/testdata/tiny-qwen3next";
+const std::string kTinyDir = MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
 const std::string kDefaultDir = MOESERVE_DEFAULT_MODEL_DIR;
 
 json ReadJson(const std::string& path) {

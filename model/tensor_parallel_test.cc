@@ -27,7 +27,7 @@ using testing::RowRelError;
 
 namespace fs = std::filesystem;
 
-const std::string kTinyDir = MOESERVE_SHARED_DIR "/testdata/tiny-qwen3next";
+const std::string kTinyDir = MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
 
 // A model folder `moeserve make-model <flags>` writes, made once per test binary run.
 std::string MadeModel(const std::string& name, const std::string& flags) {

@@ -16,7 +16,7 @@
 namespace moeserve::server {
 namespace {
 
-const std::string kTinyDir = MOESERVE_SHARED_DIR "/testdata/tiny-qwen3next";
+const std::string kTinyDir = MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
 
 std::vector<int32_t> Prompt(int i) {
   std::vector<int32_t> p(5 + 3 * i);

@@ -89,7 +89,7 @@ TEST_F(CliTest, MakeModelThenInspectEveryArchitecture) {
   }
 }
 
-// The tiny hybrid preset has the shapes of ../shared/testdata/tiny-qwen3next: the hand
+// The tiny hybrid preset has the shapes of testdata/tiny-qwen3next: the hand
 // computation of model/checkpoint_layout_test.cc applies.
 TEST_F(CliTest, TinyQwen3NextCountsMatchTheHandComputation) {
   const fs::path out = Dir("tiny_counts");
@@ -104,7 +104,7 @@ TEST_F(CliTest, TinyQwen3NextCountsMatchTheHandComputation) {
   // And the written folder has exactly the tensors of the independent golden checkpoint.
   const json mine = json::parse(ReadFile(out / "config.json"));
   EXPECT_EQ(mine["layer_types"],
-            json::parse(ReadFile(MOESERVE_SHARED_DIR "/testdata/tiny-qwen3next/config.json"))
+            json::parse(ReadFile(MOESERVE_TESTDATA_DIR "/tiny-qwen3next/config.json"))
                 ["layer_types"]);
 }
 
@@ -232,7 +232,7 @@ TEST_F(CliTest, RuntimeFailuresExit1NamingTheProblem) {
 
 // logits and generate on the independent tiny Qwen3-Next golden model.
 TEST_F(CliTest, LogitsGenerateAndActivationDumpOnTheGoldenModel) {
-  const std::string tiny = MOESERVE_SHARED_DIR "/testdata/tiny-qwen3next";
+  const std::string tiny = MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
   const json golden = json::parse(ReadFile(tiny + "/golden.json"));
   const json& prompt = golden["prompts"][0];
   std::string ids;
@@ -300,7 +300,7 @@ TEST_F(CliTest, LogitsGenerateAndActivationDumpOnTheGoldenModel) {
 // tokenize / detokenize with the real Qwen3 tokenizer (a folder with only tokenizer files), and
 // the chat goldens through --chat-file.
 TEST_F(CliTest, TokenizeDetokenizeAndChatFile) {
-  const std::string qwen = MOESERVE_SHARED_DIR "/testdata/qwen3-tokenizer";
+  const std::string qwen = MOESERVE_TESTDATA_DIR "/qwen3-tokenizer";
   CommandResult r = Run("tokenize --model " + qwen + " --text 'Hello world' --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(json::parse(r.out)["ids"], json::parse("[9707, 1879]"));

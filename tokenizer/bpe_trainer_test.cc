@@ -305,7 +305,7 @@ std::vector<std::string> Keys(const Json& object) {
 }
 
 std::optional<Json> ReadReference(const std::string& file) {
-  std::ifstream in(std::string(MOESERVE_SHARED_DIR) + "/testdata/tiny-qwen3next/" + file);
+  std::ifstream in(std::string(MOESERVE_TESTDATA_DIR) + "/tiny-qwen3next/" + file);
   if (!in) return std::nullopt;
   return Json::parse(in);
 }
@@ -358,7 +358,7 @@ TEST(TokenizerFilesTest, TokenizerJsonHasTheHuggingFaceLayout) {
 
 TEST(TokenizerFilesTest, TokenizerJsonMatchesTheQwenReference) {
   const std::optional<Json> reference = ReadReference("tokenizer.json");
-  ASSERT_TRUE(reference) << "no " MOESERVE_SHARED_DIR "/testdata/tiny-qwen3next";
+  ASSERT_TRUE(reference) << "no " MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
   const BpeVocab vocab = TrainByteLevelBpe(MixedText(5), 400);
   const Json j = Json::parse(MakeTokenizerJson(vocab, SpecialsAfter(vocab)));
   EXPECT_EQ(Keys(j), Keys(*reference));
@@ -441,7 +441,7 @@ TEST(TokenizerFilesTest, ChatMlTemplateIsQwens) {
             "{{ message['content'] }}<|im_end|>\n{% endfor %}"
             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}");
   const std::optional<Json> reference = ReadReference("tokenizer_config.json");
-  ASSERT_TRUE(reference) << "no " MOESERVE_SHARED_DIR "/testdata/tiny-qwen3next";
+  ASSERT_TRUE(reference) << "no " MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
   EXPECT_EQ((*reference)["chat_template"], kChatMlTemplate);
 }
 

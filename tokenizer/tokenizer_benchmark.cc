@@ -1,14 +1,14 @@
-// Tokenizer throughput on the real Qwen3 tokenizer (../shared/testdata/qwen3-tokenizer), one
+// Tokenizer throughput on the real Qwen3 tokenizer (testdata/qwen3-tokenizer), one
 // thread, in bytes of text per second:
 //
 //   BM_Encode/<corpus>            the word cache warm (a server's steady state)
-//   BM_EncodeColdCache/<corpus>   the cache emptied before every pass (text seen for the first
-//   time) BM_EncodeNoCache/<corpus>     no cache at all: every word through BPE BM_Decode,
-//   BM_IncrementalDetokenize   ids back to text (bytes of text produced per second) BM_Load reading
-//   tokenizer.json + tokenizer_config.json
+//   BM_EncodeColdCache/<corpus>   the cache emptied before every pass (text first seen)
+//   BM_EncodeNoCache/<corpus>     no cache at all: every word through BPE
+//   BM_Decode, BM_IncrementalDetokenize   ids back to text (bytes of text produced per second)
+//   BM_Load                       reading tokenizer.json + tokenizer_config.json
 //
-// Corpora: "english" (the shared Markdown docs), "code" (this repository's core/ sources),
-// "chinese" (the shared seed texts: Chinese technical prose with code), "goldens" (the encode and
+// Corpora: "english" (this repository's docs/), "code" (its core/ sources), "chinese" (the
+// golden texts holding CJK), "goldens" (the encode and
 // chat golden texts: many scripts, emoji, special tokens) and "mixed" (all of them).
 #include <benchmark/benchmark.h>
 
@@ -32,8 +32,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kShared = MOESERVE_SHARED_DIR;
-const std::string kQwen3 = kShared + "/testdata/qwen3-tokenizer";
+const std::string kQwen3 = std::string(MOESERVE_TESTDATA_DIR) + "/qwen3-tokenizer";
 
 [[noreturn]] void Die(const std::string& message) {
   std::fprintf(stderr, "tokenizer_benchmark: %s\n", message.c_str());
@@ -66,17 +65,20 @@ using Corpus = std::vector<std::string>;  // documents, each encoded with one ca
 const std::map<std::string, Corpus>& Corpora() {
   static const std::map<std::string, Corpus> corpora = [] {
     std::map<std::string, Corpus> c;
-    c["english"] = FilesIn(kShared, {".md"});
-    for (std::string& t : FilesIn(kShared + "/spec", {".md"})) c["english"].push_back(t);
+    c["english"] = FilesIn(fs::path(MOESERVE_SOURCE_DIR) / "docs", {".md"});
     c["code"] = FilesIn(fs::path(MOESERVE_SOURCE_DIR) / "core", {".h", ".cc"});
-    c["chinese"] = FilesIn(kShared + "/seeds", {".txt"});
     for (const char* file : {"encode_cases.jsonl", "chat_cases.jsonl"}) {
       std::istringstream lines(ReadFile(kQwen3 + "/" + file));
       std::string line;
       while (std::getline(lines, line)) {
         const nlohmann::json j = nlohmann::json::parse(line);
-        c["goldens"].push_back(j.contains("text") ? j["text"].get<std::string>()
-                                                  : j["rendered"].get<std::string>());
+        std::string text = j.contains("text") ? j["text"].get<std::string>()
+                                              : j["rendered"].get<std::string>();
+        // "chinese": the goldens holding CJK ideographs (UTF-8 lead bytes E4..E9).
+        if (text.find_first_of("\xE4\xE5\xE6\xE7\xE8\xE9") != std::string::npos) {
+          c["chinese"].push_back(text);
+        }
+        c["goldens"].push_back(std::move(text));
       }
     }
     for (const char* name : {"english", "code", "chinese", "goldens"}) {

@@ -773,7 +773,7 @@ void ExpectRoundTrips(const Tokenizer& t) {
 
 TEST(ModelFolderTokenizerTest, TinyQwen3Next) {
   Result<std::unique_ptr<Tokenizer>> t =
-      Tokenizer::LoadFromDir(std::string(MOESERVE_SHARED_DIR) + "/testdata/tiny-qwen3next");
+      Tokenizer::LoadFromDir(std::string(MOESERVE_TESTDATA_DIR) + "/tiny-qwen3next");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ((*t)->id_limit(), 512);
   EXPECT_EQ((*t)->eos_token()->id, 511);

@@ -1,5 +1,5 @@
 // Test data shared by the tokenizer tests: the real Qwen3 tokenizer and its goldens in
-// ../shared/testdata/qwen3-tokenizer (README.md there says where they come from).
+// testdata/qwen3-tokenizer (README.md there says where they come from).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,7 +16,7 @@
 
 namespace moeserve::tokenizer::testing {
 
-inline const std::string kQwen3Dir = std::string(MOESERVE_SHARED_DIR) + "/testdata/qwen3-tokenizer";
+inline const std::string kQwen3Dir = std::string(MOESERVE_TESTDATA_DIR) + "/qwen3-tokenizer";
 
 inline std::string ReadFileOrDie(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

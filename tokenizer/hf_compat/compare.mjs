@@ -3,7 +3,7 @@
 // prints {"ids", "decoded", "skip"} per text) and compares ids, decode and decode with
 // skip_special_tokens, with and without add_special_tokens.
 //
-//   node compare.mjs DRIVER WORK_DIR SHARED_DIR
+//   node compare.mjs DRIVER WORK_DIR TESTDATA_DIR
 //
 // Tokenizers: the real Qwen3 one, and variants of testdata/tiny-qwen3next's small one that use
 // what Qwen3 does not: added tokens with lstrip / rstrip / single_word / normalized, the GPT-2
@@ -17,7 +17,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Tokenizer } from 'tokenizers';
 
-const [driver, work, shared] = process.argv.slice(2);
+const [driver, work, testdata] = process.argv.slice(2);
 const TEXTS = 2000;
 
 // mulberry32: a small seeded generator, so every run checks the same texts.
@@ -54,7 +54,7 @@ function texts(seed) {
 }
 
 function variants() {
-  const base = JSON.parse(fs.readFileSync(`${shared}/testdata/tiny-qwen3next/tokenizer.json`, 'utf8'));
+  const base = JSON.parse(fs.readFileSync(`${testdata}/tiny-qwen3next/tokenizer.json`, 'utf8'));
   const copy = () => structuredClone(base);
   const added = (id, content, flags = {}) => ({ id, content, single_word: false, lstrip: false,
     rstrip: false, normalized: false, special: false, ...flags });
@@ -131,7 +131,7 @@ function ourResults(dir, textsFile, addSpecial) {
   return stdout.split('\n').filter((l) => l.length > 0).map((l) => JSON.parse(l));
 }
 
-const dirs = { qwen3: `${shared}/testdata/qwen3-tokenizer` };
+const dirs = { qwen3: `${testdata}/qwen3-tokenizer` };
 for (const [name, json] of Object.entries(variants())) {
   dirs[name] = path.join(work, name);
   fs.mkdirSync(dirs[name], { recursive: true });

@@ -4,19 +4,19 @@
 # texts with both, over the real Qwen3 tokenizer and variants of a small one that use the options
 # Qwen3 does not (see compare.mjs).
 #
-#   run.sh NODE_CACHE_DIR DRIVER WORK_DIR SHARED_DIR
+#   run.sh NODE_CACHE_DIR DRIVER WORK_DIR TESTDATA_DIR
 #
 # NODE_CACHE_DIR  where the npm package is installed (kept between runs; installing needs the npm
 #                 registry, later runs are offline)
 # DRIVER          the tokenizer_hf_driver executable (hf_driver.cc)
 # WORK_DIR        scratch folder, recreated on every run
-# SHARED_DIR      ../shared (testdata/qwen3-tokenizer, testdata/tiny-qwen3next)
+# TESTDATA_DIR    testdata/ (qwen3-tokenizer, tiny-qwen3next)
 #
 # Exit status: 0 all agree, 1 a difference or failure, 77 node/npm are not installed (a skip).
 set -euo pipefail
 
 if [[ $# -ne 4 ]]; then
-  echo "usage: $0 NODE_CACHE_DIR DRIVER WORK_DIR SHARED_DIR" >&2
+  echo "usage: $0 NODE_CACHE_DIR DRIVER WORK_DIR TESTDATA_DIR" >&2
   exit 2
 fi
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -26,7 +26,7 @@ driver=$2
 rm -rf "$3"
 mkdir -p "$3"
 work=$(cd "$3" && pwd)
-shared=$4
+testdata=$4
 
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   echo "SKIP: node and npm are needed for the Hugging Face tokenizers comparison" >&2
@@ -36,4 +36,4 @@ fi
 "$here/../../scripts/npm-install-pinned.sh" "$here/package.json" "$cache"
 # Node resolves `import 'tokenizers'` from the script's own folder, hence the copy.
 cp "$here/compare.mjs" "$cache/compare.mjs"
-node "$cache/compare.mjs" "$driver" "$work" "$shared"
+node "$cache/compare.mjs" "$driver" "$work" "$testdata"

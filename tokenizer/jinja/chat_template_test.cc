@@ -18,8 +18,8 @@ namespace {
 using ::testing::HasSubstr;
 using Json = nlohmann::ordered_json;
 
-const std::string kQwen3Dir = std::string(MOESERVE_SHARED_DIR) + "/testdata/qwen3-tokenizer";
-const std::string kTinyDir = std::string(MOESERVE_SHARED_DIR) + "/testdata/tiny-qwen3next";
+const std::string kQwen3Dir = std::string(MOESERVE_TESTDATA_DIR) + "/qwen3-tokenizer";
+const std::string kTinyDir = std::string(MOESERVE_TESTDATA_DIR) + "/tiny-qwen3next";
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
