@@ -34,8 +34,8 @@ TensorStorage::TensorStorage(size_t bytes) : size_(bytes) {
   const size_t rounded = (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
   if (kMapLargeTensors && rounded >= kMappedBytes) {
     // Fresh pages from the kernel read as zero and are zeroed as they are first touched: a KV
-    // cache of a few GiB costs nothing at startup (a memset of it took seconds in a VM, all page
-    // faults), and pages a small workload never touches are never backed. The mapping starts on
+    // cache of a few GiB costs nothing at startup (a memset would fault in and zero every page
+    // first), and pages a small workload never touches are never backed. The mapping starts on
     // a 2 MiB boundary and asks for transparent huge pages: 512 times fewer page faults while
     // weights load, and far fewer TLB misses while a GEMV streams them.
     const size_t mapped = rounded + kHugePageBytes;

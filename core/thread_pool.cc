@@ -11,7 +11,8 @@
 namespace moeserve {
 namespace {
 
-// Iterations a worker polls for new work before it sleeps: about 50-100 µs.
+// Iterations a worker polls for new work before it sleeps: long enough to bridge the gap between
+// one step's parallel loops, short enough that an idle pool soon stops burning its cores.
 constexpr int kSpinIterations = 20000;
 
 }  // namespace

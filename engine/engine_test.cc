@@ -387,8 +387,8 @@ TEST(EngineTest, MaxModelLenCapsGeneration) {
 
 // ---- speculative decoding --------------------------------------------------------------------
 
-// Under AddressSanitizer (a Debug build, ~20x slower) the speculative matrix below runs one K:
-// that pass looks for memory errors on every path, which one K already takes; the Release pass
+// Under AddressSanitizer (a Debug build, many times slower) the speculative matrix below runs one
+// K: that pass looks for memory errors on every path, which one K already takes; the Release pass
 // runs all of it.
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kSanitized = true;

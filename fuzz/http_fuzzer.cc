@@ -1,7 +1,7 @@
 // Raw bytes of one HTTP connection (one request or several, keep-alive) through the server's
 // parsing, routing and handlers (HttpServer::ServeBytes), over a real engine on the default
-// model: every generation stops within 16 tokens and at most 8 choices wait, so an input costs
-// milliseconds. Checked: never a crash, a hang past libFuzzer's timeout, or a 500 (an exception
+// model: every generation stops within 16 tokens and at most 8 choices wait, so an input stays
+// cheap. Checked: never a crash, a hang past libFuzzer's timeout, or a 500 (an exception
 // or a broken invariant in a handler); the engine stays healthy.
 #include <cstdint>
 #include <cstdio>

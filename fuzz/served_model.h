@@ -63,8 +63,8 @@ inline const ServedModel& LoadServedModel() {
     m->options.vocab_size = m->config.vocab_size;
     generation.ApplyTo(&m->options.default_params);
     m->options.extra_eos_ids = generation.ExtraEosIds(m->config.eos_token_ids);
-    // Every generation stops within 16 tokens and at most 8 choices wait: an input costs
-    // milliseconds, however large its max_tokens or n (a 503 past the bound is an answer too).
+    // Every generation stops within 16 tokens and at most 8 choices wait: an input stays
+    // cheap, however large its max_tokens or n (a 503 past the bound is an answer too).
     m->options.max_tokens_cap = 16;
     m->options.max_waiting_requests = 8;
     return m;

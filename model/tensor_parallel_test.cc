@@ -198,8 +198,9 @@ void ExpectLayoutsMatchOneRank(const std::string& dir, const std::vector<Layout>
   }
 }
 
-// Under AddressSanitizer (a Debug build, ~20x slower) fewer layouts: that pass looks for memory
-// errors, which --tp 4 --ep (replicated heads, whole experts) and --tp 2 (widths split) reach.
+// Under AddressSanitizer (a Debug build, many times slower) fewer layouts: that pass looks for
+// memory errors, which --tp 4 --ep (replicated heads, whole experts) and --tp 2 (widths split)
+// reach.
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kSanitized = true;
 #else

@@ -126,8 +126,8 @@ TEST(EngineLoopTest, ConcurrentHandlersGetWhatTheyGetAlone) {
 // choices, each with a bias for every token of the vocabulary and the penalties and top-p that
 // give a sampler all its per-token state -- is admitted while a small greedy request decodes
 // alone (one sequence at a time: the large one waits), and the small one takes about as long
-// as it takes alone. (Before, the loop de-duplicated each choice's biases in quadratic time:
-// seconds for this request, during which no request got a token.)
+// as it takes alone. (Before, the loop de-duplicated each choice's biases in quadratic time,
+// and no request got a token meanwhile.)
 TEST(EngineLoopTest, AdmittingALargeRequestDoesNotStallTheLoop) {
   Result<std::unique_ptr<model::CausalLm>> lm = model::CausalLm::Load(
       MOESERVE_DEFAULT_MODEL_DIR, {.weight_dtype = std::nullopt, .threads = 1});

@@ -180,10 +180,10 @@ TEST(LimitsTest, ShutdownTimeoutLetsRequestsInFlightFinish) {
     const double seconds = std::chrono::duration<double>(answered - start).count();
     ASSERT_EQ(status, 200);
     const json& choice = answer["choices"][0];
-    if (timeout == 30) {  // ~0.5 s of work: done whole
+    if (timeout == 30) {  // far less work than the timeout: done whole
       EXPECT_EQ(choice["finish_reason"], "length");
       EXPECT_EQ(answer["usage"]["completion_tokens"], max_tokens);
-    } else {  // ~3 s of work, 1 s allowed: aborted at the timeout
+    } else {  // several times the 1 s allowed: aborted at the timeout
       EXPECT_EQ(choice["finish_reason"], "abort");
       EXPECT_LT(answer["usage"]["completion_tokens"].get<int>(), max_tokens);
       EXPECT_LT(seconds, 2.5);

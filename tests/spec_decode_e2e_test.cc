@@ -22,7 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// Under AddressSanitizer (a Debug build, ~20x slower) the matrices below are cut to one
+// Under AddressSanitizer (a Debug build, many times slower) the matrices below are cut to one
 // configuration each: that pass looks for memory errors, the Release pass runs them all.
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kSanitized = true;

@@ -95,8 +95,8 @@ std::string MakeTokenizerJson(const BpeVocab& vocab, const std::vector<SpecialTo
   model["byte_fallback"] = false;
   model["ignore_merges"] = false;
   // ordered_json objects find keys by linear search, so inserting a 30k-token vocabulary key by
-  // key would be quadratic (seconds). Entries go straight into the underlying vector instead,
-  // with uniqueness checked here.
+  // key would be quadratic in the vocabulary. Entries go straight into the underlying vector
+  // instead, with uniqueness checked here.
   Json vocab_json = Json::object();
   Json::object_t::Container& entries = vocab_json.get_ref<Json::object_t&>();
   entries.reserve(vocab.tokens.size());

@@ -188,8 +188,8 @@ struct Tally {
   }
 };
 
-// Under AddressSanitizer the server is a Debug build ~20x slower and its freed memory sits in
-// quarantine (resident memory grows by design): a shorter run, without the memory check (LSan
+// Under AddressSanitizer the server is a Debug build, many times slower, and its freed memory sits
+// in quarantine (resident memory grows by design): a shorter run, without the memory check (LSan
 // checks leaks at exit).
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kSanitized = true;
