@@ -34,7 +34,7 @@ HWY_EXPORT(QuantizeActivationsQ4A8Impl);
 namespace {
 
 // Per-thread ranges of n start at multiples of the kernel's largest row tile (kMaxTileRows in
-// matmul-inl.h), so only the range that ends at N can end in a partial tile. Results do not
+// matmul_common-inl.h), so only the range that ends at N can end in a partial tile. Results do not
 // depend on it: the split only decides which thread computes an output.
 constexpr int64_t kRowAlign = 8;
 
@@ -146,8 +146,8 @@ void Dispatch(const float* x, int64_t x_stride, int64_t M, const Tensor& W, int6
               int64_t n_end, float* y, int64_t y_stride) {
   HWY_DYNAMIC_DISPATCH(MatMulRangeImpl)
   (x, static_cast<size_t>(x_stride), static_cast<size_t>(M), W.data(), W.dtype(),
-   IsPackedDType(W.dtype()) ? PackedScales(W) : nullptr, static_cast<size_t>(W.dim(1)), static_cast<size_t>(n_begin), static_cast<size_t>(n_end), y,
-   static_cast<size_t>(y_stride));
+   IsPackedDType(W.dtype()) ? PackedScales(W) : nullptr, static_cast<size_t>(W.dim(1)),
+   static_cast<size_t>(n_begin), static_cast<size_t>(n_end), y, static_cast<size_t>(y_stride));
 }
 
 }  // namespace
@@ -243,7 +243,7 @@ void MatMulGroup(const MatMulJob* jobs, int64_t num_jobs, ThreadPool& pool) {
     };
     if (QuantizesActivations(job.W->dtype())) {
       DispatchQuantized(quantized[task / parts], job.M, *job.W, tile_begin(t), tile_begin(t + 1),
-                   job.y, job.y_stride);
+                        job.y, job.y_stride);
       return;
     }
     Dispatch(job.x, job.x_stride, job.M, *job.W, tile_begin(t), tile_begin(t + 1), job.y,

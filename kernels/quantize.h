@@ -49,7 +49,7 @@ inline constexpr int64_t kQ4A8Lanes = 16;
 // Activations quantized for w8a8 / w4a8: M rows, row m's K values p at q + m * stride, its
 // scale a at scales[m], and sums the kernels need at sums + m * sums_stride: w8a8 sum_k p (one
 // per row, for the AVX-512 VNNI kernel), w4a8 the sum of each group's p (K / kQ4Group per row).
-// w4a8 rows hold p reordered per block of kQ4A8Block (kernels/matmul-inl.h: Q4A8 layout).
+// w4a8 rows hold p reordered per block of kQ4A8Block (kernels/matmul_int4-inl.h: w4a8 layout).
 struct Int8Rows {
   const int8_t* q;
   size_t stride;
