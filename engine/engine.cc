@@ -50,8 +50,9 @@ int64_t KvBytesPerBlock(const io::ModelConfig& c, int64_t block_size) {
 }
 
 Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig& e) {
-  if (e.max_num_seqs < 1)
+  if (e.max_num_seqs < 1) {
     return InvalidArgument("--max-num-seqs must be >= 1 (got {})", e.max_num_seqs);
+  }
   if (e.max_num_batched_tokens < 1) {
     return InvalidArgument("--max-num-batched-tokens must be >= 1 (got {})",
                            e.max_num_batched_tokens);
@@ -71,8 +72,7 @@ Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig&
   l.max_model_len = e.max_model_len > 0 ? e.max_model_len : c.max_position_embeddings;
   if (e.max_model_len < 0 || l.max_model_len > c.max_position_embeddings) {
     return InvalidArgument(
-        "--max-model-len {} is outside [1, {}] (the model's "
-        "max_position_embeddings)",
+        "--max-model-len {} is outside [1, {}] (the model's max_position_embeddings)",
         e.max_model_len, c.max_position_embeddings);
   }
   // Hybrid models: prefill chunks end at multiples of the GDN chunk (batch invariance), so the
@@ -81,14 +81,14 @@ Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig&
   l.prefill_alignment = model::PrefillAlignment(c);
   if (e.max_num_batched_tokens < l.prefill_alignment) {
     return InvalidArgument(
-        "--max-num-batched-tokens {} is below {}, the prefill chunk alignment "
-        "of this hybrid model",
+        "--max-num-batched-tokens {} is below {}, the prefill chunk alignment of this hybrid "
+        "model",
         e.max_num_batched_tokens, l.prefill_alignment);
   }
   if (e.long_prefill_token_threshold > 0 && e.long_prefill_token_threshold < l.prefill_alignment) {
     return InvalidArgument(
-        "--long-prefill-token-threshold {} is below {}, the prefill chunk "
-        "alignment of this hybrid model",
+        "--long-prefill-token-threshold {} is below {}, the prefill chunk alignment of this "
+        "hybrid model",
         e.long_prefill_token_threshold, l.prefill_alignment);
   }
   l.prefix_caching = e.enable_prefix_caching;
