@@ -6,7 +6,8 @@
 #include <string>
 
 #include "core/trace.h"
-#include "kernels/gated_delta_rule.h"
+#include "engine/spec_decode/mtp_proposer.h"
+#include "engine/spec_decode/ngram_proposer.h"
 
 namespace moeserve::engine {
 namespace {
@@ -21,9 +22,8 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t StateBytesPerSlot(const io::ModelConfig& c) {
   int64_t gdn_layers = 0;
   for (io::LayerType type : c.layer_types) gdn_layers += type == io::LayerType::kLinearAttention;
-  const int64_t floats =
-      (c.linear_conv_kernel_dim - 1) * c.linear_conv_dim() +
-      c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim;
+  const int64_t floats = (c.linear_conv_kernel_dim - 1) * c.linear_conv_dim() +
+                         c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim;
   return gdn_layers * floats * static_cast<int64_t>(sizeof(float));
 }
 
@@ -45,12 +45,14 @@ int64_t KvBytesPerBlock(const io::ModelConfig& c, int64_t block_size) {
   for (io::LayerType type : c.layer_types) {
     attention_layers += type == io::LayerType::kFullAttention ? 1 : 0;
   }
-  return 2 * block_size * c.num_key_value_heads * c.head_dim *
-         static_cast<int64_t>(sizeof(float)) * std::max<int64_t>(attention_layers, 1);
+  return 2 * block_size * c.num_key_value_heads * c.head_dim * static_cast<int64_t>(sizeof(float)) *
+         std::max<int64_t>(attention_layers, 1);
 }
 
 Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig& e) {
-  if (e.max_num_seqs < 1) return InvalidArgument("--max-num-seqs must be >= 1 (got {})", e.max_num_seqs);
+  if (e.max_num_seqs < 1) {
+    return InvalidArgument("--max-num-seqs must be >= 1 (got {})", e.max_num_seqs);
+  }
   if (e.max_num_batched_tokens < 1) {
     return InvalidArgument("--max-num-batched-tokens must be >= 1 (got {})",
                            e.max_num_batched_tokens);
@@ -69,28 +71,31 @@ Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig&
   l.block_size = e.block_size;
   l.max_model_len = e.max_model_len > 0 ? e.max_model_len : c.max_position_embeddings;
   if (e.max_model_len < 0 || l.max_model_len > c.max_position_embeddings) {
-    return InvalidArgument("--max-model-len {} is outside [1, {}] (the model's "
-                           "max_position_embeddings)",
-                           e.max_model_len, c.max_position_embeddings);
+    return InvalidArgument(
+        "--max-model-len {} is outside [1, {}] (the model's max_position_embeddings)",
+        e.max_model_len, c.max_position_embeddings);
   }
   // Hybrid models: prefill chunks end at multiples of the GDN chunk (batch invariance), so the
   // token budget must hold at least one such chunk; their recurrent state cannot be rebuilt from
   // KV blocks, so no prefix caching (docs/engine.md).
-  l.prefill_alignment = c.is_hybrid() ? kernels::kGdnChunkSize : 1;
+  l.prefill_alignment = model::PrefillAlignment(c);
   if (e.max_num_batched_tokens < l.prefill_alignment) {
-    return InvalidArgument("--max-num-batched-tokens {} is below {}, the prefill chunk alignment "
-                           "of this hybrid model",
-                           e.max_num_batched_tokens, l.prefill_alignment);
+    return InvalidArgument(
+        "--max-num-batched-tokens {} is below {}, the prefill chunk alignment of this hybrid "
+        "model",
+        e.max_num_batched_tokens, l.prefill_alignment);
   }
   if (e.long_prefill_token_threshold > 0 && e.long_prefill_token_threshold < l.prefill_alignment) {
-    return InvalidArgument("--long-prefill-token-threshold {} is below {}, the prefill chunk "
-                           "alignment of this hybrid model",
-                           e.long_prefill_token_threshold, l.prefill_alignment);
+    return InvalidArgument(
+        "--long-prefill-token-threshold {} is below {}, the prefill chunk alignment of this "
+        "hybrid model",
+        e.long_prefill_token_threshold, l.prefill_alignment);
   }
   l.prefix_caching = e.enable_prefix_caching;
   l.spec = e.spec;
   if (e.spec.enabled()) {
-    if (e.spec.num_speculative_tokens < 1 || e.spec.num_speculative_tokens > kMaxSpeculativeTokens) {
+    if (e.spec.num_speculative_tokens < 1 ||
+        e.spec.num_speculative_tokens > kMaxSpeculativeTokens) {
       return InvalidArgument("--spec: K must be in [1, {}] (got {})", kMaxSpeculativeTokens,
                              e.spec.num_speculative_tokens);
     }
@@ -129,26 +134,27 @@ Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig&
     return InvalidArgument("--state-cache-memory must be >= 0 GiB (got {})",
                            e.state_cache_memory_gib);
   }
-  if (e.state_checkpoint_interval < 0 || e.state_checkpoint_interval % kernels::kGdnChunkSize != 0) {
+  if (e.state_checkpoint_interval < 0 ||
+      e.state_checkpoint_interval % model::GdnChunkAlignment() != 0) {
     return InvalidArgument("--state-checkpoint-interval must be a multiple of {} (got {})",
-                           kernels::kGdnChunkSize, e.state_checkpoint_interval);
+                           model::GdnChunkAlignment(), e.state_checkpoint_interval);
   }
   l.state_slot_bytes = c.is_hybrid() ? StateBytesPerSlot(c) : 0;
   if (c.is_hybrid() && l.prefix_caching) {
-    l.checkpoint_alignment = std::lcm(kernels::kGdnChunkSize, l.block_size);
-    l.checkpoint_interval =
-        e.state_checkpoint_interval == 0
-            ? 0
-            : std::lcm(e.state_checkpoint_interval, l.checkpoint_alignment);
+    l.checkpoint_alignment = std::lcm(model::GdnChunkAlignment(), l.block_size);
+    l.checkpoint_interval = e.state_checkpoint_interval == 0
+                                ? 0
+                                : std::lcm(e.state_checkpoint_interval, l.checkpoint_alignment);
     const int64_t positions = l.num_blocks * l.block_size;
     if (e.state_cache_memory_gib > 0) {
-      l.num_checkpoints = static_cast<int64_t>(e.state_cache_memory_gib * kGiB / l.state_slot_bytes);
+      l.num_checkpoints =
+          static_cast<int64_t>(e.state_cache_memory_gib * kGiB / l.state_slot_bytes);
     } else {
       // Default: one checkpoint per 256 positions the KV pool holds (a request takes a few: its
       // prompt's end, a shared prefix's junction, each interval, its output's end), at least
       // 16, in at most 2 GiB and an eighth of the memory available.
-      const double budget = std::min(kDefaultStateCacheGiB * kGiB,
-                                     static_cast<double>(AvailableMemoryBytes()) / 8);
+      const double budget =
+          std::min(kDefaultStateCacheGiB * kGiB, static_cast<double>(AvailableMemoryBytes()) / 8);
       l.num_checkpoints = std::min(static_cast<int64_t>(budget / l.state_slot_bytes),
                                    std::max<int64_t>(positions / 256, 16));
     }
@@ -179,29 +185,30 @@ Result<std::unique_ptr<Engine>> Engine::Create(model::ModelGroup& group,
   const int64_t blocks_per_request = CeilDiv(layout.max_model_len, layout.block_size);
   const SpecConfig& spec = layout.spec;
   const int64_t K = spec.enabled() ? spec.num_speculative_tokens : 0;
-  const SchedulerConfig scheduler{.max_num_seqs = config.max_num_seqs,
-                                  .max_num_batched_tokens = config.max_num_batched_tokens,
-                                  .max_model_len = layout.max_model_len,
-                                  .prefill_alignment = layout.prefill_alignment,
-                                  .long_prefill_token_threshold =
-                                      config.long_prefill_token_threshold,
-                                  .num_speculative_tokens = K,
-                                  .spec_lookahead = spec.enabled() ? spec.lookahead() : 0};
-  const KvCacheConfig cache{.num_blocks = layout.num_blocks,
-                            .block_size = layout.block_size,
-                            .num_state_slots = layout.num_state_slots,
-                            .spec_state_slots_per_request = layout.num_state_slots > 0 ? K : 0,
-                            .max_blocks_per_request = blocks_per_request,
-                            .enable_prefix_caching = layout.prefix_caching,
-                            .num_checkpoints = layout.num_checkpoints,
-                            .checkpoint_alignment = std::max<int64_t>(layout.checkpoint_alignment, 1),
-                            .checkpoint_interval = layout.checkpoint_interval,
-                            .checkpoint_keys_next_token = spec.method == SpecMethod::kMtp,
-                            .max_num_seqs = config.max_num_seqs};
+  const SchedulerConfig scheduler{
+      .max_num_seqs = config.max_num_seqs,
+      .max_num_batched_tokens = config.max_num_batched_tokens,
+      .max_model_len = layout.max_model_len,
+      .prefill_alignment = layout.prefill_alignment,
+      .long_prefill_token_threshold = config.long_prefill_token_threshold,
+      .num_speculative_tokens = K,
+      .spec_lookahead = spec.enabled() ? spec.lookahead() : 0};
+  const KvCacheConfig cache{
+      .num_blocks = layout.num_blocks,
+      .block_size = layout.block_size,
+      .num_state_slots = layout.num_state_slots,
+      .spec_state_slots_per_request = layout.num_state_slots > 0 ? K : 0,
+      .max_blocks_per_request = blocks_per_request,
+      .enable_prefix_caching = layout.prefix_caching,
+      .num_checkpoints = layout.num_checkpoints,
+      .checkpoint_alignment = std::max<int64_t>(layout.checkpoint_alignment, 1),
+      .checkpoint_interval = layout.checkpoint_interval,
+      .checkpoint_keys_next_token = spec.method == SpecMethod::kMtp,
+      .max_num_seqs = config.max_num_seqs};
   const RunnerConfig runner{
-      .cache = model::CacheSizes{layout.num_blocks, layout.block_size,
-                                 std::max<int64_t>(layout.num_state_slots + layout.num_checkpoints,
-                                                   1)},
+      .cache =
+          model::CacheSizes{layout.num_blocks, layout.block_size,
+                            std::max<int64_t>(layout.num_state_slots + layout.num_checkpoints, 1)},
       .max_num_seqs = config.max_num_seqs,
       .max_num_batched_tokens = config.max_num_batched_tokens,
       .max_blocks_per_request = blocks_per_request,
@@ -221,6 +228,20 @@ Engine::Engine(model::ModelGroup& group, const EngineLayout& layout,
       runner_(std::make_unique<ModelRunner>(group, runner)),
       seeds_(std::random_device{}()) {
   layout_.state_bytes = runner_->cache().state_bytes();
+  const ProposerLimits limits{.max_num_seqs = runner.max_num_seqs,
+                              .max_num_batched_tokens = runner.max_num_batched_tokens,
+                              .max_model_len = runner.max_model_len};
+  switch (runner.spec.method) {
+    case SpecMethod::kNone:
+      break;
+    case SpecMethod::kNgram:
+      proposer_ = std::make_unique<NgramProposer>(runner.spec, limits);
+      break;
+    case SpecMethod::kMtp:
+      proposer_ = std::make_unique<MtpProposer>(runner.spec, limits,
+                                                group_.model().config().hidden_size, *runner_);
+      break;
+  }
   for (int64_t id : group_.model().config().eos_token_ids) {
     eos_token_ids_.push_back(static_cast<int32_t>(id));
   }
@@ -314,7 +335,11 @@ const std::vector<Request*>& Engine::Step() {
     out = &scheduler_.Schedule();
   }
   last_schedule_ = out;
-  const StepOutput& step = runner_->Execute(*out);
+  StepOutput& step = runner_->Execute(*out);
+  if (!out->scheduled.empty()) {
+    trace::Scope scope("propose");
+    if (proposer_ != nullptr) proposer_->Propose(*out, step);
+  }
   trace::Scope scope("update");
   const std::vector<Request*>& updated = scheduler_.Update(*out, step);
   // Hybrid prefix caching: the GDN state checkpoints this step reached, copied on every rank

@@ -1,6 +1,7 @@
 // Engine: the in-process LLM engine -- requests in, tokens out, one step at a time. It wires the
-// Scheduler (what runs), the KvCacheManager (which cache it holds) and the ModelRunner (the
-// forward and greedy sampling) over a loaded CausalLm. Callers (generate, bench latency, the
+// Scheduler (what runs), the KvCacheManager (which cache it holds), the ModelRunner (the
+// forward and sampling) and, with speculative decoding, the DraftProposer --spec names (the
+// next step's drafts) over a loaded CausalLm. Callers (generate, bench latency, the
 // server's engine thread) add requests, call Step() until nothing is unfinished, and read each
 // request's tokens as they arrive.
 #pragma once
@@ -17,7 +18,8 @@
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
-#include "engine/spec_decode.h"
+#include "engine/spec_decode/draft_proposer.h"
+#include "engine/spec_decode/spec_config.h"
 #include "model/causal_lm.h"
 #include "model/model_group.h"
 
@@ -30,8 +32,8 @@ inline constexpr int64_t kDefaultStateCheckpointInterval = 512;
 struct EngineConfig {
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
-  int64_t max_model_len = 0;        // 0: the model's max_position_embeddings
-  double kv_cache_memory_gib = 0;   // 0: enough for max_num_seqs full-length requests, <= 4 GiB
+  int64_t max_model_len = 0;       // 0: the model's max_position_embeddings
+  double kv_cache_memory_gib = 0;  // 0: enough for max_num_seqs full-length requests, <= 4 GiB
   int64_t block_size = 16;
   bool enable_prefix_caching = true;
   // Hybrid models' prefix caching: the GDN state checkpoints' memory (GiB, per rank; 0: one
@@ -151,7 +153,8 @@ class Engine {
   KvCacheManager cache_manager_;
   Scheduler scheduler_;
   std::unique_ptr<ModelRunner> runner_;
-  std::vector<int32_t> eos_token_ids_;  // the model config's
+  std::unique_ptr<DraftProposer> proposer_;  // null without speculative decoding
+  std::vector<int32_t> eos_token_ids_;       // the model config's
   int64_t next_id_ = 0;
   std::mt19937_64 seeds_;  // AddRequest's generators of requests without a seed
   const SchedulerOutput* last_schedule_ = nullptr;

@@ -1,7 +1,6 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
-#include <cstring>
 #include <functional>
 #include <optional>
 
@@ -47,20 +46,6 @@ ModelRunner::ModelRunner(model::ModelGroup& group, const RunnerConfig& config)
     verify_slot_ids_.resize(seqs * (1 + K));
     verify_slots_.resize(seqs);
     history_.reserve(config.max_model_len + K + 1);
-    draft_budget_.resize(seqs);
-  }
-  if (config.spec.method == SpecMethod::kMtp) {
-    const int64_t H = model.config().hidden_size;
-    mtp_tokens_.resize(tokens);
-    mtp_positions_.resize(tokens);
-    mtp_seq_of_.resize(tokens);
-    mtp_query_start_.resize(seqs + 1);
-    mtp_block_tables_.resize(seqs);
-    mtp_logits_rows_.resize(seqs);
-    mtp_request_.resize(seqs);
-    mtp_last_pos_.resize(seqs);
-    mtp_hidden_in_.resize(tokens * H);
-    mtp_drafts_.resize(seqs * K);
   }
   group_.Reserve(tokens, sampled_rows);
 }
@@ -84,7 +69,7 @@ void ModelRunner::RemoveRow(int64_t request_id) {
   row_of_.erase(it);
 }
 
-const StepOutput& ModelRunner::Execute(const SchedulerOutput& out) {
+StepOutput& ModelRunner::Execute(const SchedulerOutput& out) {
   // Rows of requests that left the running set since the last step.
   for (int64_t id : out.finished_ids) RemoveRow(id);
   for (int64_t id : out.preempted_ids) RemoveRow(id);
@@ -175,26 +160,26 @@ const StepOutput& ModelRunner::Execute(const SchedulerOutput& out) {
   step_.token_start[0] = step_.draft_start[0] = 0;
   if (num_tokens == 0) return step_;
 
-  const model::TokenBatch batch{num_tokens,
-                                input_ids_.data(),
-                                positions_.data(),
-                                seq_of_.data(),
-                                num_seqs,
-                                query_start_.data(),
-                                seq_block_tables_.data(),
-                                state_slots_.data(),
-                                any_verify ? verify_slots_.data() : nullptr};
+  batch_ = model::TokenBatch{num_tokens,
+                             input_ids_.data(),
+                             positions_.data(),
+                             seq_of_.data(),
+                             num_seqs,
+                             query_start_.data(),
+                             seq_block_tables_.data(),
+                             state_slots_.data(),
+                             any_verify ? verify_slots_.data() : nullptr};
   // A step whose every sampled row is plain greedy needs only argmaxes: vocab-parallel ranks
   // then exchange (max, index) pairs instead of gathering logits.
   argmax_only_ = config_.greedy_argmax;
   for (int64_t i = 0; i < num_seqs && argmax_only_; ++i) {
     const Request& r = *out.scheduled[i].request;
-    argmax_only_ = prompt_rows_[i].second == 0 &&
-                   (logits_index_[i] < 0 || r.sampler->plain_greedy());
+    argmax_only_ =
+        prompt_rows_[i].second == 0 && (logits_index_[i] < 0 || r.sampler->plain_greedy());
   }
   {
     trace::Scope scope("forward", "tokens", num_tokens);
-    group_.ForwardBatch(batch, logits_rows_.data(), num_logits,
+    group_.ForwardBatch(batch_, logits_rows_.data(), num_logits,
                         argmax_only_ ? model::LogitsMode::kArgmax : model::LogitsMode::kFull);
   }
   {
@@ -211,11 +196,26 @@ const StepOutput& ModelRunner::Execute(const SchedulerOutput& out) {
         }
       }
       step_.token_start[i + 1] = static_cast<int32_t>(step_.tokens.size());
+      step_.draft_start[i + 1] = 0;  // the DraftProposer's, if any
     }
   }
-  trace::Scope propose_scope("propose");
-  Propose(out);
   return step_;
+}
+
+const float* ModelRunner::RunMtpHead(const model::TokenBatch& batch, const float* hidden,
+                                     const int32_t* logits_rows, int64_t num_logits,
+                                     int32_t* drafts) {
+  // Drafts are the MTP head's greedy tokens: argmaxes from the forward, or (--no-greedy-argmax)
+  // scans of its full logits rows.
+  group_.MtpForwardBatch(
+      batch, hidden, logits_rows, num_logits,
+      config_.greedy_argmax ? model::LogitsMode::kArgmax : model::LogitsMode::kFull);
+  const int64_t V = model().config().vocab_size;
+  for (int64_t row = 0; row < num_logits; ++row) {
+    drafts[row] = config_.greedy_argmax ? model().mtp_argmax()[row]
+                                        : GreedyToken(model().mtp_logits() + row * V, V);
+  }
+  return model().mtp_hidden();
 }
 
 int32_t ModelRunner::SampleRow(Request& r, int64_t logits_row) {
@@ -265,167 +265,6 @@ void ModelRunner::VerifyRows(const ScheduledRequest& s, int64_t logits_row) {
   // GDN state: the state after the last accepted token is in its verify slot; it becomes the
   // request's (the slots trade places, nothing is copied).
   if (accepted > 0 && r.state_slot >= 0) std::swap(r.state_slot, r.spec_state_slots[accepted - 1]);
-}
-
-int64_t ModelRunner::DraftBudget(const ScheduledRequest& s, int64_t num_emitted) {
-  Request& r = *s.request;
-  if (num_emitted == 0) return 0;
-  const SpecConfig& spec = config_.spec;
-  const int64_t num_tokens = r.num_tokens() + num_emitted;
-  const int64_t remaining = r.stop.max_tokens - (r.num_output_tokens() + num_emitted);
-  // The next step emits at most drafts + 1 tokens and verifies positions up to
-  // num_tokens - 1 + drafts, which must stay below max_model_len.
-  const int64_t limit = std::max<int64_t>(
-      0, std::min({spec.num_speculative_tokens, remaining - 1, config_.max_model_len - num_tokens}));
-  if (spec.min_acceptance <= 0 || limit == 0) return limit;
-  int64_t n = 0;
-  for (double reach = 1; n < limit; ++n) {
-    reach *= r.draft_acceptance[n];
-    if (reach < spec.min_acceptance) break;
-  }
-  if (n > 0) {
-    r.steps_without_drafts = 0;
-  } else if (++r.steps_without_drafts >= SpecConfig::kProbeInterval) {
-    r.steps_without_drafts = 0;
-    n = 1;  // a probe: the model may have come to agree again
-  }
-  return n;
-}
-
-void ModelRunner::Propose(const SchedulerOutput& out) {
-  const int64_t num_seqs = static_cast<int64_t>(out.scheduled.size());
-  const SpecConfig& spec = config_.spec;
-  // Drafting pauses while the batch is large enough to keep the cores busy by itself.
-  const bool paused = !spec.enabled() ||
-                      (spec.disable_batch_size > 0 && num_seqs > spec.disable_batch_size);
-  if (paused) {
-    for (int64_t i = 0; i < num_seqs; ++i) step_.draft_start[i + 1] = 0;
-    return;
-  }
-  for (int64_t i = 0; i < num_seqs; ++i) {
-    const std::span<const int32_t> emitted = step_.tokens_of(i);
-    draft_budget_[i] = static_cast<int32_t>(
-        DraftBudget(out.scheduled[i], static_cast<int64_t>(emitted.size())));
-  }
-  if (spec.method == SpecMethod::kMtp) {
-    ProposeMtp(out);
-    return;
-  }
-  for (int64_t i = 0; i < num_seqs; ++i) {
-    if (draft_budget_[i] > 0) {
-      // Prompt lookup over prompt + outputs + this step's tokens.
-      const Request& r = *out.scheduled[i].request;
-      const std::span<const int32_t> emitted = step_.tokens_of(i);
-      history_.assign(r.prompt_token_ids.begin(), r.prompt_token_ids.end());
-      history_.insert(history_.end(), r.output_token_ids.begin(), r.output_token_ids.end());
-      history_.insert(history_.end(), emitted.begin(), emitted.end());
-      const size_t start = step_.drafts.size();
-      step_.drafts.resize(start + draft_budget_[i]);
-      const int64_t n = NgramPropose(history_, spec.prompt_lookup_min, spec.prompt_lookup_max,
-                                     draft_budget_[i], step_.drafts.data() + start);
-      step_.drafts.resize(start + n);
-    }
-    step_.draft_start[i + 1] = static_cast<int32_t>(step_.drafts.size());
-  }
-}
-
-void ModelRunner::ProposeMtp(const SchedulerOutput& out) {
-  const int64_t num_seqs = static_cast<int64_t>(out.scheduled.size());
-  const int64_t H = model().config().hidden_size;
-  const int64_t K = config_.spec.num_speculative_tokens;
-  // Drafts are the MTP head's greedy tokens: argmaxes from the forward, or (--no-greedy-argmax)
-  // scans of its full logits rows.
-  const model::LogitsMode draft_mode =
-      config_.greedy_argmax ? model::LogitsMode::kArgmax : model::LogitsMode::kFull;
-  const int64_t V = model().config().vocab_size;
-  const auto draft_of = [&](int64_t row) {
-    return config_.greedy_argmax ? model().mtp_argmax()[row]
-                                 : GreedyToken(model().mtp_logits() + row * V, V);
-  };
-  // First pass: every position this step verified, so the MTP layer's KV cache sees the whole
-  // history -- row (position t) pairs the target's hidden state at t with the token at t + 1.
-  int64_t T = 0, num_drafting = 0;
-  mtp_query_start_[0] = 0;
-  for (int64_t i = 0; i < num_seqs; ++i) {
-    const ScheduledRequest& s = out.scheduled[i];
-    const Request& r = *s.request;
-    const std::span<const int32_t> emitted = step_.tokens_of(i);
-    const int64_t accepted = emitted.empty() ? 0 : static_cast<int64_t>(emitted.size()) - 1;
-    const int64_t valid = s.num_new_tokens - s.num_draft_tokens + accepted;
-    for (int64_t j = 0; j < valid; ++j, ++T) {
-      const int64_t pos = s.first_pos + j;
-      mtp_tokens_[T] = pos + 1 < r.num_tokens() ? r.token_at(pos + 1)
-                                                : emitted[pos + 1 - r.num_tokens()];
-      mtp_positions_[T] = pos;
-      mtp_seq_of_[T] = static_cast<int32_t>(i);
-      std::memcpy(&mtp_hidden_in_[T * H], model().hidden() + (query_start_[i] + j) * H,
-                  H * sizeof(float));
-    }
-    mtp_query_start_[i + 1] = static_cast<int32_t>(T);
-    mtp_block_tables_[i] = seq_block_tables_[i];
-    if (draft_budget_[i] > 0) {
-      mtp_request_[num_drafting] = static_cast<int32_t>(i);
-      mtp_last_pos_[num_drafting] = s.first_pos + valid - 1;
-      mtp_logits_rows_[num_drafting++] = static_cast<int32_t>(T - 1);
-    }
-  }
-  const model::TokenBatch first{T,
-                                mtp_tokens_.data(),
-                                mtp_positions_.data(),
-                                mtp_seq_of_.data(),
-                                num_seqs,
-                                mtp_query_start_.data(),
-                                mtp_block_tables_.data(),
-                                state_slots_.data()};
-  group_.MtpForwardBatch(first, mtp_hidden_in_.data(), mtp_logits_rows_.data(), num_drafting,
-                         draft_mode);
-  for (int64_t d = 0; d < num_drafting; ++d) mtp_drafts_[d * K] = draft_of(d);
-
-  // Chained steps 2 .. K: one row per request still drafting -- its last draft, at the next
-  // position, with the MTP head's own output hidden state (vLLM's chaining).
-  std::vector<int32_t>& prev_row = mtp_logits_rows_;  // row of each drafting request's hidden
-  for (int64_t step = 1; step < K; ++step) {
-    int64_t rows = 0;
-    for (int64_t d = 0; d < num_drafting; ++d) {
-      const int64_t i = mtp_request_[d];
-      if (draft_budget_[i] <= step) continue;
-      mtp_tokens_[rows] = mtp_drafts_[d * K + step - 1];
-      mtp_positions_[rows] = mtp_last_pos_[d] + step;
-      mtp_seq_of_[rows] = static_cast<int32_t>(rows);
-      mtp_query_start_[rows + 1] = static_cast<int32_t>(rows + 1);
-      mtp_block_tables_[rows] = seq_block_tables_[i];
-      std::memcpy(&mtp_hidden_in_[rows * H], model().mtp_hidden() + prev_row[d] * H,
-                  H * sizeof(float));
-      prev_row[d] = static_cast<int32_t>(rows);  // its row in this pass
-      ++rows;
-    }
-    if (rows == 0) break;
-    const model::TokenBatch chained{rows,
-                                    mtp_tokens_.data(),
-                                    mtp_positions_.data(),
-                                    mtp_seq_of_.data(),
-                                    rows,
-                                    mtp_query_start_.data(),
-                                    mtp_block_tables_.data(),
-                                    state_slots_.data()};
-    // Logits of every row: rows are 0 .. rows - 1 in order, which mtp_seq_of_ happens to hold.
-    group_.MtpForwardBatch(chained, mtp_hidden_in_.data(), mtp_seq_of_.data(), rows,
-                           draft_mode);
-    for (int64_t d = 0, row = 0; d < num_drafting; ++d) {
-      if (draft_budget_[mtp_request_[d]] <= step) continue;
-      mtp_drafts_[d * K + step] = draft_of(row);
-      ++row;
-    }
-  }
-
-  for (int64_t i = 0, d = 0; i < num_seqs; ++i) {
-    if (d < num_drafting && mtp_request_[d] == i) {
-      step_.drafts.insert(step_.drafts.end(), &mtp_drafts_[d * K],
-                          &mtp_drafts_[d * K] + draft_budget_[i]);
-      ++d;
-    }
-    step_.draft_start[i + 1] = static_cast<int32_t>(step_.drafts.size());
-  }
 }
 
 void ModelRunner::RecordPromptLogprobs(Request& r, int64_t first_pos,

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "core/check.h"
-#include "engine/spec_decode.h"
+#include "engine/spec_decode/spec_config.h"
 
 namespace moeserve::engine {
 namespace {
@@ -126,8 +126,7 @@ bool Scheduler::AllocateFor(Request& r, int64_t num_new) {
 }
 
 void Scheduler::ScheduleChunk(Request& r, int64_t num_new, bool fresh, int64_t& budget) {
-  const int64_t num_draft =
-      std::max<int64_t>(0, r.num_computed_tokens + num_new - r.num_tokens());
+  const int64_t num_draft = std::max<int64_t>(0, r.num_computed_tokens + num_new - r.num_tokens());
   r.draft_token_ids.resize(num_draft);  // drafts past the budget are dropped, never verified
   output_.scheduled.push_back(ScheduledRequest{.request = &r,
                                                .first_pos = r.num_computed_tokens,
@@ -252,7 +251,7 @@ const std::vector<Request*>& Scheduler::Update(const SchedulerOutput& out, const
     const ScheduledRequest& s = out.scheduled[i];
     Request& r = *s.request;
     if (r.status != RequestStatus::kRunning) continue;  // aborted since Schedule()
-    if (s.fresh) cache_.ReleaseRestore(r);  // its checkpoint was copied in this step
+    if (s.fresh) cache_.ReleaseRestore(r);              // its checkpoint was copied in this step
     const std::span<const int32_t> emitted = step.tokens_of(i);
     if (emitted.empty()) {
       cache_.CacheFullBlocks(r);  // a partial prefill chunk: nothing sampled

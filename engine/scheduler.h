@@ -31,7 +31,7 @@ struct SchedulerConfig {
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
   int64_t max_model_len = 4096;
-  int64_t prefill_alignment = 1;   // 64 for hybrid models (kernels::kGdnChunkSize)
+  int64_t prefill_alignment = 1;             // 64 for hybrid models (model::PrefillAlignment)
   int64_t long_prefill_token_threshold = 0;  // 0: off; else cap on a prefill chunk
   // Speculative decoding: drafts per step (0: off), and the KV positions the drafter writes past
   // a request's scheduled tokens (SpecConfig::lookahead), allocated with them.
@@ -42,10 +42,10 @@ struct SchedulerConfig {
 // One request's share of a step.
 struct ScheduledRequest {
   Request* request = nullptr;
-  int64_t first_pos = 0;        // r.num_computed_tokens before this step
-  int64_t num_new_tokens = 0;   // positions [first_pos, first_pos + num_new_tokens)
-  bool fresh = false;           // first schedule since admission or preemption: the runner
-                                // (re)builds its row and zeroes its state slot
+  int64_t first_pos = 0;       // r.num_computed_tokens before this step
+  int64_t num_new_tokens = 0;  // positions [first_pos, first_pos + num_new_tokens)
+  bool fresh = false;          // first schedule since admission or preemption: the runner
+                               // (re)builds its row and zeroes its state slot
   // Speculative decoding: the last num_draft_tokens of the scheduled positions are the
   // request's drafts (draft_token_ids), verified after its last token.
   int64_t num_draft_tokens = 0;
@@ -53,7 +53,8 @@ struct ScheduledRequest {
 
 // What a step gave each scheduled request: the tokens it emits -- none for a partial prefill
 // chunk; with drafts, the accepted drafts then the recovered or bonus token -- and the drafts
-// proposed for its next step. Filled by the model runner, read by Scheduler::Update.
+// proposed for its next step. Filled by the model runner (tokens) and the engine's DraftProposer
+// (drafts), read by Scheduler::Update.
 struct StepOutput {
   std::vector<int32_t> token_start;  // [num_scheduled + 1]: tokens of i in [start[i], start[i+1])
   std::vector<int32_t> tokens;
@@ -135,7 +136,7 @@ class Scheduler {
   SchedulerConfig config_;
   KvCacheManager& cache_;
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;
-  std::vector<Request*> running_;   // reserved to max_num_seqs
+  std::vector<Request*> running_;  // reserved to max_num_seqs
   std::deque<Request*> waiting_;
   SchedulerOutput output_;
   std::vector<Request*> updated_;

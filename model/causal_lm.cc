@@ -7,10 +7,17 @@
 #include <fmt/format.h>
 
 #include "core/trace.h"
+#include "kernels/gated_delta_rule.h"
 #include "kernels/matmul.h"
 #include "kernels/norms.h"
 
 namespace moeserve::model {
+
+int64_t GdnChunkAlignment() { return kernels::kGdnChunkSize; }
+
+int64_t PrefillAlignment(const io::ModelConfig& config) {
+  return config.is_hybrid() ? GdnChunkAlignment() : 1;
+}
 
 Result<std::unique_ptr<CausalLm>> CausalLm::Load(const std::string& dir,
                                                  const LoadOptions& options) {

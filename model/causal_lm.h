@@ -28,6 +28,17 @@ struct LoadOptions {
   ForwardOptions forward = {};  // the --no-... switches
 };
 
+// Where a hybrid model's token stream may be cut (DESIGN.md principle 2). Its GDN layers run a
+// prefill in chunks that start at absolute multiples of GdnChunkAlignment() positions, so a
+// prefill the engine splits into several forward calls must split it at such multiples (else how
+// the scheduler cut a prompt would change the request's arithmetic), and a GDN state checkpoint
+// -- where a later prefill resumes -- may only sit at one.
+int64_t GdnChunkAlignment();
+// The multiple of positions at which a prefill chunk of this model that stops short of the
+// request's tokens must end: GdnChunkAlignment() for a hybrid model, 1 for one without GDN
+// layers.
+int64_t PrefillAlignment(const io::ModelConfig& config);
+
 // What the rows of a forward's logits are wanted for.
 enum class LogitsMode {
   kFull,    // logits() [rows, vocab]

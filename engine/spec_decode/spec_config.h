@@ -1,10 +1,9 @@
-// Speculative decoding (spec/serving.md §4-5): which drafter proposes tokens, and the n-gram
-// drafter itself. The MTP drafter runs the model's MTP head inside the model runner (it needs
-// the step's hidden states); verification and state rollback are the runner's too.
+// Speculative decoding (spec/serving.md §4-5): which drafter proposes tokens, how many, and
+// when it pauses -- the --spec flags. The drafters are DraftProposer's implementations
+// (draft_proposer.h); verification and state rollback are the model runner's.
 #pragma once
 
 #include <cstdint>
-#include <span>
 #include <string>
 #include <string_view>
 
@@ -48,12 +47,5 @@ struct SpecConfig {
 Result<SpecConfig> ParseSpecFlag(std::string_view text);
 // "mtp:3", "ngram:2", "none".
 std::string SpecName(const SpecConfig& spec);
-
-// Prompt lookup: finds the longest n-gram (prompt_lookup_min <= n <= prompt_lookup_max) that
-// ends `tokens` and occurred earlier in it -- the most recent such occurrence -- and writes up
-// to max_drafts of the tokens that followed it to drafts. Returns how many (0: no match).
-// O(len(tokens) * prompt_lookup_max); allocates nothing.
-int64_t NgramPropose(std::span<const int32_t> tokens, int64_t prompt_lookup_min,
-                     int64_t prompt_lookup_max, int64_t max_drafts, int32_t* drafts);
 
 }  // namespace moeserve::engine

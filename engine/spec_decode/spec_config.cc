@@ -1,8 +1,7 @@
-#include "engine/spec_decode.h"
+#include "engine/spec_decode/spec_config.h"
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <charconv>
 #include <string>
 
@@ -34,29 +33,14 @@ Result<SpecConfig> ParseSpecFlag(std::string_view text) {
 
 std::string SpecName(const SpecConfig& spec) {
   switch (spec.method) {
-    case SpecMethod::kNone: return "none";
-    case SpecMethod::kMtp: return fmt::format("mtp:{}", spec.num_speculative_tokens);
-    case SpecMethod::kNgram: return fmt::format("ngram:{}", spec.num_speculative_tokens);
+    case SpecMethod::kNone:
+      return "none";
+    case SpecMethod::kMtp:
+      return fmt::format("mtp:{}", spec.num_speculative_tokens);
+    case SpecMethod::kNgram:
+      return fmt::format("ngram:{}", spec.num_speculative_tokens);
   }
   return "none";
-}
-
-int64_t NgramPropose(std::span<const int32_t> tokens, int64_t prompt_lookup_min,
-                     int64_t prompt_lookup_max, int64_t max_drafts, int32_t* drafts) {
-  const int64_t len = static_cast<int64_t>(tokens.size());
-  if (max_drafts <= 0 || prompt_lookup_min < 1) return 0;
-  // Longest n first; for each, the most recent earlier occurrence (start < len - n).
-  for (int64_t n = std::min(prompt_lookup_max, len - 1); n >= prompt_lookup_min; --n) {
-    const int32_t* suffix = tokens.data() + len - n;
-    for (int64_t start = len - n - 1; start >= 0; --start) {
-      if (!std::equal(suffix, suffix + n, tokens.data() + start)) continue;
-      const int64_t follow = start + n;  // < len: the match ends before the suffix does
-      const int64_t count = std::min(max_drafts, len - follow);
-      std::copy(tokens.data() + follow, tokens.data() + follow + count, drafts);
-      return count;
-    }
-  }
-  return 0;
 }
 
 }  // namespace moeserve::engine

@@ -1,8 +1,6 @@
 // Speculative decoding without a model: the --spec flag, prompt lookup, and the scheduler's side
 // of verification (drafts scheduled after the last token, trimmed by the budget, rejected
 // positions handed back, a stop inside an accepted run, lookahead blocks, extra state slots).
-#include "engine/spec_decode.h"
-
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -10,6 +8,8 @@
 
 #include "engine/kv_cache_manager.h"
 #include "engine/scheduler.h"
+#include "engine/spec_decode/ngram_proposer.h"
+#include "engine/spec_decode/spec_config.h"
 
 namespace moeserve::engine {
 namespace {
@@ -74,13 +74,12 @@ class SpecSchedulerTest : public ::testing::Test {
                       .num_state_slots = num_state_slots,
                       .spec_state_slots_per_request = num_state_slots > 0 ? kK : 0,
                       .max_blocks_per_request = 64});
-    scheduler_ = std::make_unique<Scheduler>(
-        SchedulerConfig{.max_num_seqs = 8,
-                        .max_num_batched_tokens = budget,
-                        .max_model_len = 1024,
-                        .num_speculative_tokens = kK,
-                        .spec_lookahead = lookahead},
-        *cache_);
+    scheduler_ = std::make_unique<Scheduler>(SchedulerConfig{.max_num_seqs = 8,
+                                                             .max_num_batched_tokens = budget,
+                                                             .max_model_len = 1024,
+                                                             .num_speculative_tokens = kK,
+                                                             .spec_lookahead = lookahead},
+                                             *cache_);
   }
 
   Request& Add(int64_t prompt_len, int64_t max_tokens = 100, int64_t min_tokens = 0) {
