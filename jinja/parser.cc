@@ -1,4 +1,4 @@
-#include "tokenizer/jinja/parser.h"
+#include "jinja/parser.h"
 
 #include <fmt/format.h>
 
@@ -7,9 +7,9 @@
 #include <string>
 #include <string_view>
 
-#include "tokenizer/jinja/parser_internal.h"
+#include "jinja/parser_internal.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 namespace internal {
 namespace {
 
@@ -351,4 +351,4 @@ Result<Body> ParseTemplate(std::vector<Token> tokens) {
   return internal::Parser(std::move(tokens)).Run();
 }
 
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

@@ -1,6 +1,6 @@
 // Tests of the interpreter's value model against Python's: float repr, str()/repr(), equality
 // and ordering across types, dict key identity, json.dumps formatting, and the string helpers.
-#include "tokenizer/jinja/value.h"
+#include "jinja/value.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,10 +8,10 @@
 #include <cmath>
 #include <limits>
 
-#include "tokenizer/jinja/json_value.h"
-#include "tokenizer/jinja/py_string.h"
+#include "jinja/json_value.h"
+#include "jinja/py_string.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 namespace {
 
 using ::testing::ElementsAre;
@@ -186,4 +186,4 @@ TEST(PyStringTest, SlicesAdjustLikePython) {
 }
 
 }  // namespace
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

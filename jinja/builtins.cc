@@ -1,6 +1,6 @@
 // Argument binding, iteration and membership helpers, Jinja's tests, and the global functions.
 // Filters are in filters.cc, str/dict/list methods in methods.cc.
-#include "tokenizer/jinja/builtins.h"
+#include "jinja/builtins.h"
 
 #include <fmt/format.h>
 
@@ -9,11 +9,11 @@
 #include <string>
 #include <unordered_map>
 
-#include "tokenizer/jinja/interpreter.h"
-#include "tokenizer/jinja/operators.h"
-#include "tokenizer/jinja/py_string.h"
+#include "jinja/interpreter.h"
+#include "jinja/operators.h"
+#include "jinja/py_string.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 namespace {
 
 // jinja2.sandbox.MAX_RANGE: the sandbox refuses larger ranges.
@@ -409,4 +409,4 @@ std::optional<Value> FindGlobal(std::string_view name) {
   return std::nullopt;
 }
 
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

@@ -1,4 +1,4 @@
-#include "tokenizer/jinja/lexer.h"
+#include "jinja/lexer.h"
 
 #include <fmt/format.h>
 
@@ -6,9 +6,9 @@
 #include <cerrno>
 #include <cstdlib>
 
-#include "tokenizer/jinja/py_string.h"
+#include "jinja/py_string.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 namespace {
 
 Status SyntaxError(int line, std::string_view message) {
@@ -595,4 +595,4 @@ Result<std::vector<Token>> Tokenize(std::string_view source) {
   return Lexer(NormalizeNewlines(source)).Run();
 }
 
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

@@ -1,14 +1,14 @@
-#include "tokenizer/jinja/interpreter.h"
+#include "jinja/interpreter.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "tokenizer/jinja/builtins.h"
-#include "tokenizer/jinja/operators.h"
-#include "tokenizer/jinja/py_string.h"
+#include "jinja/builtins.h"
+#include "jinja/operators.h"
+#include "jinja/py_string.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 namespace {
 
 // Nested evaluations (statements, expressions, macro calls) before a render is refused. Real
@@ -726,4 +726,4 @@ Result<bool> Interpreter::ApplyTest(std::string_view name, const Value& input, C
   return fn(*this, input, args);
 }
 
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

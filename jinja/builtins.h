@@ -7,10 +7,10 @@
 #include <string_view>
 #include <vector>
 
-#include "tokenizer/jinja/ast.h"
-#include "tokenizer/jinja/value.h"
+#include "jinja/ast.h"
+#include "jinja/value.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 
 // nullptr when there is no such filter / test.
 FilterFn FindFilter(std::string_view name);
@@ -46,4 +46,4 @@ Result<bool> Contains(const Value& container, const Value& item);
 // Python's int(x) and float(x) conversions used by filters and tests.
 Result<int64_t> ToInteger(const Value& v);
 
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

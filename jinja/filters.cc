@@ -10,13 +10,13 @@
 #include <iterator>
 #include <string>
 
-#include "tokenizer/jinja/builtins.h"
-#include "tokenizer/jinja/filter_helpers.h"
-#include "tokenizer/jinja/interpreter.h"
-#include "tokenizer/jinja/operators.h"
-#include "tokenizer/jinja/py_string.h"
+#include "jinja/builtins.h"
+#include "jinja/filter_helpers.h"
+#include "jinja/interpreter.h"
+#include "jinja/operators.h"
+#include "jinja/py_string.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 namespace internal {
 
 Value SoftStr(const Value& v) {
@@ -468,4 +468,4 @@ FilterFn FindFilter(std::string_view name) {
   return it == filters.end() ? nullptr : it->second;
 }
 
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

@@ -1,14 +1,14 @@
-#include "tokenizer/jinja/operators.h"
+#include "jinja/operators.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
 #include <cstdio>
 
-#include "tokenizer/jinja/builtins.h"
-#include "tokenizer/jinja/py_string.h"
+#include "jinja/builtins.h"
+#include "jinja/py_string.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 namespace {
 
 std::string_view OpSymbol(BinaryOp op) {
@@ -520,4 +520,4 @@ Result<std::string> PercentFormat(std::string_view format, const Value& args, bo
   return out;
 }
 
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "core/status.h"
-#include "tokenizer/jinja/ast.h"
-#include "tokenizer/jinja/value.h"
+#include "jinja/ast.h"
+#include "jinja/value.h"
 
-namespace moeserve::tokenizer::jinja::internal {
+namespace moeserve::jinja::internal {
 
 using FilterArgs = std::vector<std::optional<Value>>;
 using FilterTable = std::unordered_map<std::string_view, FilterFn>;
@@ -32,4 +32,4 @@ Value IgnoreCase(const Value& v, bool case_sensitive);
 // Adds the filters over sequences and mappings (sequence_filters.cc) to `table`.
 void AddSequenceFilters(FilterTable* table);
 
-}  // namespace moeserve::tokenizer::jinja::internal
+}  // namespace moeserve::jinja::internal

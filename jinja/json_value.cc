@@ -1,9 +1,10 @@
-#include "tokenizer/jinja/json_value.h"
+#include "jinja/json_value.h"
 
 #include <nlohmann/json.hpp>
+
 #include "core/json.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -59,4 +60,4 @@ Result<Value> ParseJsonValue(std::string_view json_text, std::string_view what) 
   return Convert(j, 0, what);
 }
 
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <string>
 
-#include "tokenizer/jinja/builtins.h"
-#include "tokenizer/jinja/filter_helpers.h"
-#include "tokenizer/jinja/interpreter.h"
-#include "tokenizer/jinja/operators.h"
-#include "tokenizer/jinja/py_string.h"
+#include "jinja/builtins.h"
+#include "jinja/filter_helpers.h"
+#include "jinja/interpreter.h"
+#include "jinja/operators.h"
+#include "jinja/py_string.h"
 
-namespace moeserve::tokenizer::jinja::internal {
+namespace moeserve::jinja::internal {
 namespace {
 
 // Stable sort of `items` by `keys` with Python ordering; an unorderable pair is an error.
@@ -423,4 +423,4 @@ void AddSequenceFilters(FilterTable* table) {
   table->emplace("unique", FilterUnique);
 }
 
-}  // namespace moeserve::tokenizer::jinja::internal
+}  // namespace moeserve::jinja::internal

@@ -1,4 +1,4 @@
-#include "tokenizer/jinja/py_string.h"
+#include "jinja/py_string.h"
 
 #include <fmt/format.h>
 #include <utf8proc.h>
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <iterator>
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 namespace {
 
 utf8proc_category_t Category(char32_t cp) {
@@ -124,6 +124,24 @@ char32_t DecodeUtf8(std::string_view s, size_t* pos) {
   }
   *pos += len;
   return cp;
+}
+
+void AppendUtf8(char32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
 }
 
 std::vector<char32_t> ToCodePoints(std::string_view s) {
@@ -535,4 +553,4 @@ int64_t AdjustSlice(int64_t length, std::optional<int64_t> start, std::optional<
   return 0;
 }
 
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

@@ -9,15 +9,15 @@
 #include <string_view>
 #include <vector>
 
-#include "tokenizer/utf8.h"
-
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 
 // Decodes one code point at s[*pos] and advances *pos. Invalid bytes decode as themselves (one
 // byte each) so that no input makes the interpreter fail; chat inputs come from parsed JSON and
 // are valid UTF-8 anyway.
 char32_t DecodeUtf8(std::string_view s, size_t* pos);
-// (Encoding is tokenizer/utf8.h's AppendUtf8.)
+// Appends the UTF-8 encoding of `cp` (the interpreter's own, so jinja/ needs nothing of the
+// tokenizer).
+void AppendUtf8(char32_t cp, std::string* out);
 
 std::vector<char32_t> ToCodePoints(std::string_view s);
 std::string FromCodePoints(const std::vector<char32_t>& cps, size_t begin, size_t end);
@@ -85,4 +85,4 @@ std::optional<int64_t> PyParseInt(std::string_view text, int64_t base);
 int64_t AdjustSlice(int64_t length, std::optional<int64_t> start, std::optional<int64_t> stop,
                     int64_t step, int64_t* start_out, int64_t* stop_out);
 
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

@@ -1,10 +1,10 @@
-#include "tokenizer/jinja/template.h"
+#include "jinja/template.h"
 
-#include "tokenizer/jinja/interpreter.h"
-#include "tokenizer/jinja/lexer.h"
-#include "tokenizer/jinja/parser.h"
+#include "jinja/interpreter.h"
+#include "jinja/lexer.h"
+#include "jinja/parser.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 
 Result<Template> Template::Parse(std::string_view source) {
   ASSIGN_OR_RETURN(std::vector<Token> tokens, Tokenize(source));
@@ -17,4 +17,4 @@ Result<std::string> Template::Render(const Context& context) const {
   return interpreter.Render(*body_, context);
 }
 
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

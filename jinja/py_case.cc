@@ -9,9 +9,9 @@
 #include <string_view>
 #include <vector>
 
-#include "tokenizer/jinja/py_string.h"
+#include "jinja/py_string.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 namespace {
 
 utf8proc_category_t Category(char32_t cp) {
@@ -278,4 +278,4 @@ std::string PyTitle(std::string_view s) {
   }
   return out;
 }
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "core/status.h"
-#include "tokenizer/jinja/ast.h"
-#include "tokenizer/jinja/value.h"
+#include "jinja/ast.h"
+#include "jinja/value.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 
 class Interpreter {
  public:
@@ -81,4 +81,4 @@ class Interpreter {
   std::vector<std::weak_ptr<Namespace>> assigned_namespaces_;
 };
 
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

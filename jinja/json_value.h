@@ -6,11 +6,11 @@
 #include <string_view>
 
 #include "core/status.h"
-#include "tokenizer/jinja/value.h"
+#include "jinja/value.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 
 // `what` names the input in error messages ("messages_json").
 Result<Value> ParseJsonValue(std::string_view json_text, std::string_view what);
 
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

@@ -6,14 +6,14 @@
 #include <vector>
 
 #include "core/status.h"
-#include "tokenizer/jinja/ast.h"
-#include "tokenizer/jinja/lexer.h"
+#include "jinja/ast.h"
+#include "jinja/lexer.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 
 // Errors name the line and the construct: unknown tags, filters and tests, unclosed blocks (with
 // the tag that opened them), misplaced end tags, malformed expressions, constructs this
 // interpreter does not support (include, extends, recursive loops, ...).
 Result<Body> ParseTemplate(std::vector<Token> tokens);
 
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

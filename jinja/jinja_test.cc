@@ -10,10 +10,10 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/jinja/json_value.h"
-#include "tokenizer/jinja/template.h"
+#include "jinja/json_value.h"
+#include "jinja/template.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 namespace {
 
 using ::testing::HasSubstr;
@@ -626,4 +626,4 @@ TEST(JinjaTemplateTest, StrftimeNowFormatsTheLocalTime) {
 }
 
 }  // namespace
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

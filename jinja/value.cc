@@ -1,4 +1,4 @@
-#include "tokenizer/jinja/value.h"
+#include "jinja/value.h"
 
 #include <fmt/format.h>
 
@@ -7,9 +7,9 @@
 #include <cmath>
 
 #include "core/check.h"
-#include "tokenizer/jinja/py_string.h"
+#include "jinja/py_string.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 namespace {
 
 // Exact int/float comparison: x86-64 long double holds every int64 and every double exactly.
@@ -714,4 +714,4 @@ Result<std::string> ToJson(const Value& v, const JsonOptions& options) {
   return out;
 }
 
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

@@ -11,7 +11,7 @@
 
 #include "core/status.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 
 enum class TokenType {
   kData,           // template text between tags, whitespace control already applied
@@ -42,4 +42,4 @@ std::string DescribeToken(const Token& token);
 // (unterminated tag, comment or string, unexpected character, unbalanced brackets).
 Result<std::vector<Token>> Tokenize(std::string_view source);
 
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <string>
 
-#include "tokenizer/jinja/builtins.h"
-#include "tokenizer/jinja/operators.h"
-#include "tokenizer/jinja/py_string.h"
+#include "jinja/builtins.h"
+#include "jinja/operators.h"
+#include "jinja/py_string.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 namespace {
 
 using Args = std::vector<std::optional<Value>>;
@@ -484,4 +484,4 @@ std::optional<Value> FindMethod(const Value& receiver, std::string_view name) {
   return std::nullopt;
 }
 
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "core/status.h"
-#include "tokenizer/jinja/ast.h"
-#include "tokenizer/jinja/value.h"
+#include "jinja/ast.h"
+#include "jinja/value.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 
 class Template {
  public:
@@ -33,4 +33,4 @@ class Template {
   std::shared_ptr<const Body> body_;
 };
 
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

@@ -6,10 +6,10 @@
 #include <string>
 
 #include "core/status.h"
-#include "tokenizer/jinja/ast.h"
-#include "tokenizer/jinja/value.h"
+#include "jinja/ast.h"
+#include "jinja/value.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 
 // Largest string or list an operation may build, and the largest rendered output: a prompt is
 // megabytes at most, so anything near this is a runaway template (`'x' * 10**12`).
@@ -28,4 +28,4 @@ Result<std::string> PercentFormat(std::string_view format, const Value& args, bo
 // The error Jinja raises when an Undefined is used in an operation.
 Status UndefinedError(const Value& undefined);
 
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "core/status.h"
-#include "tokenizer/jinja/ast.h"
-#include "tokenizer/jinja/lexer.h"
+#include "jinja/ast.h"
+#include "jinja/lexer.h"
 
-namespace moeserve::tokenizer::jinja::internal {
+namespace moeserve::jinja::internal {
 
 // Nesting limits, far above any real template, that keep the recursive-descent parser, the
 // recursive evaluator and the tree's destructor within a small, fixed amount of stack.
@@ -209,4 +209,4 @@ class Parser {
   std::vector<std::pair<std::string, int>> open_blocks_;  // tag and line, innermost last
 };
 
-}  // namespace moeserve::tokenizer::jinja::internal
+}  // namespace moeserve::jinja::internal

@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/jinja/value.h"
+#include "jinja/value.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 
 using FilterFn = Result<Value> (*)(Interpreter&, const Value& input, CallArgs& args);
 using TestFn = Result<bool> (*)(Interpreter&, const Value& input, CallArgs& args);
@@ -295,4 +295,4 @@ struct GenerationStmt : Stmt {
   Body body;
 };
 
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja

@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <string>
 
-#include "tokenizer/jinja/builtins.h"
-#include "tokenizer/jinja/parser_internal.h"
+#include "jinja/builtins.h"
+#include "jinja/parser_internal.h"
 
-namespace moeserve::tokenizer::jinja::internal {
+namespace moeserve::jinja::internal {
 
 template <typename Sub>
 Result<ExprPtr> Parser::ParseBinaryLevel(
@@ -485,4 +485,4 @@ Result<ExprPtr> Parser::ParseTest(ExprPtr node) {
   return ExprPtr(std::move(test));
 }
 
-}  // namespace moeserve::tokenizer::jinja::internal
+}  // namespace moeserve::jinja::internal

@@ -18,7 +18,7 @@
 
 #include "core/status.h"
 
-namespace moeserve::tokenizer::jinja {
+namespace moeserve::jinja {
 
 class Interpreter;
 class Value;
@@ -233,4 +233,4 @@ struct JsonOptions {
 // Python json.dumps(v, ...). Fails for values JSON cannot hold (Undefined, callables, ...).
 Result<std::string> ToJson(const Value& v, const JsonOptions& options);
 
-}  // namespace moeserve::tokenizer::jinja
+}  // namespace moeserve::jinja
