@@ -10,7 +10,7 @@
 #include "core/status.h"
 #include "engine/sampling_params.h"
 
-namespace moeserve::server {
+namespace moeserve::engine {
 
 // Sets the field of `p` that `key` names from `value`. *known is false when `key` is not a
 // sampling parameter (p untouched, OK returned): the caller decides what else it may be.
@@ -26,4 +26,4 @@ Status ApplySamplingKey(std::string_view key, const nlohmann::json& value,
 // The keys ApplySamplingKey knows, in SamplingParams' order (for messages and --help).
 std::span<const std::string_view> SamplingKeys();
 
-}  // namespace moeserve::server
+}  // namespace moeserve::engine

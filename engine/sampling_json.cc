@@ -1,4 +1,4 @@
-#include "server/sampling_json.h"
+#include "engine/sampling_json.h"
 
 #include <fmt/format.h>
 
@@ -13,10 +13,9 @@
 #include <utility>
 #include <vector>
 
-namespace moeserve::server {
+namespace moeserve::engine {
 namespace {
 
-using engine::SamplingParams;
 using nlohmann::json;
 
 // ---- Values, by the type of the field they go to ----
@@ -192,4 +191,4 @@ std::span<const std::string_view> SamplingKeys() {
   return kNames;
 }
 
-}  // namespace moeserve::server
+}  // namespace moeserve::engine
