@@ -28,16 +28,16 @@
 #include "core/check.h"
 #include "core/json.h"
 #include "core/timer.h"
+#include "engine/sampling_json.h"
 #include "io/model_config.h"
-#include "server/sampling_json.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::cli {
 namespace {
 
-using server::ApplySamplingKey;
-using server::SamplingKeys;
+using engine::ApplySamplingKey;
+using engine::SamplingKeys;
 
 constexpr char kCommand[] = "generate";
 

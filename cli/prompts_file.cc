@@ -9,14 +9,14 @@
 #include <sstream>
 
 #include "core/json.h"
-#include "server/sampling_json.h"
+#include "engine/sampling_json.h"
 
 namespace moeserve::cli {
 namespace {
 
+using engine::ApplySamplingKey;
+using engine::SamplingKeys;
 using nlohmann::json;
-using server::ApplySamplingKey;
-using server::SamplingKeys;
 
 // The "token_ids" of a line: a non-empty array of ids in [0, vocab_size).
 Result<std::vector<int32_t>> PromptTokenIds(const json& v, int64_t vocab_size) {

@@ -17,16 +17,22 @@ constexpr std::string_view kPlaceholder = "__MOESERVE_CONFIG__";
 
 // JSON for inside <script>: nlohmann's dump with '<', '>' and '&' escaped (valid JSON still).
 std::string ScriptSafeJson(const nlohmann::ordered_json& j) {
-  const std::string text =
-      j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  const std::string text = j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   std::string out;
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '<': out += "\\u003c"; break;
-      case '>': out += "\\u003e"; break;
-      case '&': out += "\\u0026"; break;
-      default: out += c;
+      case '<':
+        out += "\\u003c";
+        break;
+      case '>':
+        out += "\\u003e";
+        break;
+      case '&':
+        out += "\\u0026";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -34,23 +40,23 @@ std::string ScriptSafeJson(const nlohmann::ordered_json& j) {
 
 }  // namespace
 
-std::string RenderChatPage(const ServerOptions& options, int64_t max_model_len) {
+std::string RenderChatPage(const ChatPageConfig& shown) {
   using ordered_json = nlohmann::ordered_json;
-  const engine::SamplingParams& d = options.default_params;
+  const engine::SamplingParams& d = shown.defaults;
   ordered_json config = {
-      {"model", options.served_model_name},
+      {"model", shown.model},
       {"version", MOESERVE_VERSION},
-      {"max_model_len", max_model_len > 0 ? ordered_json(max_model_len) : ordered_json(nullptr)},
-      {"api_key_required", !options.api_key.empty()},
+      {"max_model_len",
+       shown.max_model_len > 0 ? ordered_json(shown.max_model_len) : ordered_json(nullptr)},
+      {"api_key_required", shown.api_key_required},
       {"defaults",
        {{"temperature", d.temperature},
         {"top_p", d.top_p},
         {"top_k", d.top_k},
-        {"max_tokens", options.max_tokens_cap ? ordered_json(*options.max_tokens_cap)
-                                              : ordered_json(nullptr)},
+        {"max_tokens", shown.max_tokens ? ordered_json(*shown.max_tokens) : ordered_json(nullptr)},
         {"seed", d.seed ? ordered_json(*d.seed) : ordered_json(nullptr)}}},
       {"speculative",
-       options.speculative.empty() ? ordered_json(nullptr) : ordered_json(options.speculative)}};
+       shown.speculative.empty() ? ordered_json(nullptr) : ordered_json(shown.speculative)}};
   std::string page(kChatHtml, kChatHtml_size);
   const size_t at = page.find(kPlaceholder);
   CHECK(at != std::string::npos) << "server/ui/chat.html lacks " << kPlaceholder;

@@ -340,7 +340,12 @@ struct HttpServer::Impl final : HttpRouter {
                          "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"},
                         {"X-Content-Type-Options", "nosniff"},
                         {"Cache-Control", "no-store"}},
-            .body = RenderChatPage(options, max_model_len())};
+            .body = RenderChatPage({.model = options.served_model_name,
+                                    .max_model_len = max_model_len(),
+                                    .api_key_required = !options.api_key.empty(),
+                                    .defaults = options.default_params,
+                                    .max_tokens = options.max_tokens_cap,
+                                    .speculative = options.speculative})};
   }
 
   RouteResult HandleGeneration(const HttpRequest& req, Endpoint endpoint,

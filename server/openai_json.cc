@@ -6,10 +6,12 @@
 #include <limits>
 #include <random>
 
-#include "server/sampling_json.h"
+#include "engine/sampling_json.h"
 
 namespace moeserve::server {
 namespace {
+
+using engine::ApplySamplingKey;
 
 // `s` cut to at most `max` bytes at a UTF-8 character's start, "..." marking the cut.
 std::string Truncated(std::string_view s, size_t max) {

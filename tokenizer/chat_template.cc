@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "core/json.h"
-#include "tokenizer/jinja/json_value.h"
-#include "tokenizer/jinja/template.h"
+#include "jinja/json_value.h"
+#include "jinja/template.h"
 
 namespace moeserve::tokenizer {
 
@@ -108,7 +108,8 @@ Result<ChatTemplate> ChatTemplate::Parse(std::string source) {
 }
 
 Result<ChatTemplate> ChatTemplate::FromTokenizerConfig(std::string_view tokenizer_config_json) {
-  ASSIGN_OR_RETURN(const Json config, ParseJson<Json>(tokenizer_config_json, "tokenizer_config.json"));
+  ASSIGN_OR_RETURN(const Json config,
+                   ParseJson<Json>(tokenizer_config_json, "tokenizer_config.json"));
   if (!config.is_object()) return InvalidArgument("tokenizer_config.json: not a JSON object");
   ASSIGN_OR_RETURN(std::string source, ReadTemplateSource(config));
   ASSIGN_OR_RETURN(jinja::Template::Context special, ReadSpecialTokens(config));

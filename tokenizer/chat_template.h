@@ -1,6 +1,6 @@
 // Chat templates: renders the Jinja `chat_template` of a Hugging Face tokenizer_config.json
 // exactly as transformers' apply_chat_template does, with moeserve's own Jinja interpreter
-// (tokenizer/jinja/). JSON crosses this interface as text, so no JSON library type leaks out.
+// (jinja/). JSON crosses this interface as text, so no JSON library type leaks out.
 #pragma once
 
 #include <memory>

@@ -1,0 +1,194 @@
+#include "engine/sampling_json.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace moeserve::engine {
+namespace {
+
+using nlohmann::json;
+
+// ---- Values, by the type of the field they go to ----
+
+Result<int64_t> ToInt(const json& v, std::string_view key) {
+  if (!v.is_number_integer()) return InvalidArgument("\"{}\" must be an integer", key);
+  if (v.is_number_unsigned() && v.get<uint64_t>() > std::numeric_limits<int64_t>::max()) {
+    return InvalidArgument("\"{}\": {} is too large", key, v.dump());
+  }
+  return v.get<int64_t>();
+}
+
+// An element of a token-id list: any int32 (whether it lies in the vocabulary is Validate's
+// check, which knows the vocabulary).
+Result<int32_t> ToTokenId(const json& v, std::string_view key) {
+  if (!v.is_number_integer()) return InvalidArgument("\"{}\": {} is not an integer", key, v.dump());
+  const double id = v.get<double>();  // exact for every int32; huge values stay huge
+  if (id < std::numeric_limits<int32_t>::min() || id > std::numeric_limits<int32_t>::max()) {
+    return InvalidArgument("\"{}\": {} is not a token id", key, v.dump());
+  }
+  return static_cast<int32_t>(v.get<int64_t>());
+}
+
+Status Parse(const json& v, std::string_view key, int64_t& out) {
+  ASSIGN_OR_RETURN(out, ToInt(v, key));
+  return OkStatus();
+}
+
+Status Parse(const json& v, std::string_view key, std::optional<int64_t>& out) {
+  ASSIGN_OR_RETURN(out, ToInt(v, key));
+  return OkStatus();
+}
+
+Status Parse(const json& v, std::string_view key, double& out) {
+  if (!v.is_number()) return InvalidArgument("\"{}\" must be a number", key);
+  out = v.get<double>();
+  return OkStatus();
+}
+
+Status Parse(const json& v, std::string_view key, bool& out) {
+  if (!v.is_boolean()) return InvalidArgument("\"{}\" must be true or false", key);
+  out = v.get<bool>();
+  return OkStatus();
+}
+
+Status Parse(const json& v, std::string_view key, std::vector<int32_t>& out) {
+  if (!v.is_array()) return InvalidArgument("\"{}\" must be a list of token ids", key);
+  std::vector<int32_t> ids;
+  ids.reserve(v.size());
+  for (const json& id : v) {
+    ASSIGN_OR_RETURN(const int32_t token, ToTokenId(id, key));
+    ids.push_back(token);
+  }
+  out = std::move(ids);
+  return OkStatus();
+}
+
+Status Parse(const json& v, std::string_view key, std::optional<std::vector<int32_t>>& out) {
+  std::vector<int32_t> ids;
+  RETURN_IF_ERROR(Parse(v, key, ids));
+  out = std::move(ids);
+  return OkStatus();
+}
+
+Status Parse(const json& v, std::string_view key, std::vector<std::string>& out) {
+  if (!v.is_array()) return InvalidArgument("\"{}\" must be a list of strings", key);
+  std::vector<std::string> strings;
+  strings.reserve(v.size());
+  for (const json& s : v) {
+    if (!s.is_string()) return InvalidArgument("\"{}\": {} is not a string", key, s.dump());
+    strings.push_back(s.get<std::string>());
+  }
+  out = std::move(strings);
+  return OkStatus();
+}
+
+// {"token id": bias}: JSON keys are strings, which vLLM coerces to int.
+Status Parse(const json& v, std::string_view key, std::vector<std::pair<int32_t, float>>& out) {
+  if (!v.is_object()) {
+    return InvalidArgument("\"{}\" must be an object {{\"token id\": bias}}", key);
+  }
+  std::vector<std::pair<int32_t, float>> biases;
+  biases.reserve(v.size());
+  for (const auto& [id, bias] : v.items()) {
+    int32_t token = 0;
+    const char* end = id.data() + id.size();
+    const auto [parsed_to, error] = std::from_chars(id.data(), end, token);
+    if (id.empty() || error != std::errc() || parsed_to != end) {
+      return InvalidArgument("\"{}\": key \"{}\" is not a token id", key, id);
+    }
+    if (!bias.is_number()) {
+      return InvalidArgument("\"{}\": the bias of token {} must be a number", key, id);
+    }
+    biases.emplace_back(token, bias.get<float>());
+  }
+  out = std::move(biases);
+  return OkStatus();
+}
+
+// ---- Keys ----
+
+using Setter = Status (*)(const json& value, std::string_view key, SamplingParams& p);
+
+// The field of SamplingParams that the key names, parsed by the field's type.
+template <auto kField>
+Status Set(const json& value, std::string_view key, SamplingParams& p) {
+  return Parse(value, key, p.*kField);
+}
+
+Status SetSeed(const json& value, std::string_view key, SamplingParams& p) {
+  ASSIGN_OR_RETURN(const int64_t seed, ToInt(value, key));
+  p.seed = seed == -1 ? std::nullopt : std::optional<int64_t>(seed);  // vLLM: -1 is None
+  return OkStatus();
+}
+
+Status SetStop(const json& value, std::string_view key, SamplingParams& p) {
+  if (value.is_string()) {
+    p.stop = {value.get<std::string>()};
+    return OkStatus();
+  }
+  if (!value.is_array()) {
+    return InvalidArgument("\"{}\" must be a string or a list of strings", key);
+  }
+  return Parse(value, key, p.stop);
+}
+
+struct SamplingKey {
+  std::string_view name;
+  Setter set;
+};
+
+constexpr SamplingKey kKeys[] = {
+    {"n", Set<&SamplingParams::n>},
+    {"temperature", Set<&SamplingParams::temperature>},
+    {"top_p", Set<&SamplingParams::top_p>},
+    {"top_k", Set<&SamplingParams::top_k>},
+    {"min_p", Set<&SamplingParams::min_p>},
+    {"seed", SetSeed},
+    {"presence_penalty", Set<&SamplingParams::presence_penalty>},
+    {"frequency_penalty", Set<&SamplingParams::frequency_penalty>},
+    {"repetition_penalty", Set<&SamplingParams::repetition_penalty>},
+    {"max_tokens", Set<&SamplingParams::max_tokens>},
+    {"min_tokens", Set<&SamplingParams::min_tokens>},
+    {"stop", SetStop},
+    {"include_stop_str_in_output", Set<&SamplingParams::include_stop_str_in_output>},
+    {"stop_token_ids", Set<&SamplingParams::stop_token_ids>},
+    {"ignore_eos", Set<&SamplingParams::ignore_eos>},
+    {"logprobs", Set<&SamplingParams::logprobs>},
+    {"prompt_logprobs", Set<&SamplingParams::prompt_logprobs>},
+    {"logit_bias", Set<&SamplingParams::logit_bias>},
+    {"allowed_token_ids", Set<&SamplingParams::allowed_token_ids>},
+    {"bad_words", Set<&SamplingParams::bad_words>},
+    {"skip_special_tokens", Set<&SamplingParams::skip_special_tokens>},
+};
+
+}  // namespace
+
+Status ApplySamplingKey(std::string_view key, const json& value, SamplingParams& p, bool* known) {
+  const SamplingKey* found = std::find_if(std::begin(kKeys), std::end(kKeys),
+                                          [key](const SamplingKey& k) { return k.name == key; });
+  *known = found != std::end(kKeys);
+  if (!*known || value.is_null()) return OkStatus();
+  return found->set(value, key, p);
+}
+
+std::span<const std::string_view> SamplingKeys() {
+  static const auto kNames = [] {
+    std::array<std::string_view, std::size(kKeys)> names;
+    std::transform(std::begin(kKeys), std::end(kKeys), names.begin(),
+                   [](const SamplingKey& k) { return k.name; });
+    return names;
+  }();
+  return kNames;
+}
+
+}  // namespace moeserve::engine

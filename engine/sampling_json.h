@@ -1,0 +1,29 @@
+// vLLM's sampling parameters read from JSON -- an HTTP request body (the server) or a `generate
+// --prompts-file` line -- one key at a time, by vLLM's names (spec/serving.md §3.1). Only types are
+// checked here; ranges are SamplingParams::Validate's, whose messages name the parameter too.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <span>
+#include <string_view>
+
+#include "core/status.h"
+#include "engine/sampling_params.h"
+
+namespace moeserve::engine {
+
+// Sets the field of `p` that `key` names from `value`. *known is false when `key` is not a
+// sampling parameter (p untouched, OK returned): the caller decides what else it may be.
+//
+// null means "not given": p keeps what it holds (the caller's defaults), as vLLM's OpenAI server
+// reads a null field. A wrong type is an InvalidArgument naming the key ("\"top_k\" must be an
+// integer"). Integer fields take JSON integers only (2.0 is an error); number fields take both.
+// Beyond the plain fields: "seed" -1 means none; "stop" is a string or a list of strings;
+// "logit_bias" is an object {"token id": bias}.
+Status ApplySamplingKey(std::string_view key, const nlohmann::json& value,
+                        engine::SamplingParams& p, bool* known);
+
+// The keys ApplySamplingKey knows, in SamplingParams' order (for messages and --help).
+std::span<const std::string_view> SamplingKeys();
+
+}  // namespace moeserve::engine
