@@ -12,8 +12,8 @@
 
 namespace moeserve::jinja {
 
-using FilterFn = Result<Value> (*)(Interpreter&, const Value& input, CallArgs& args);
-using TestFn = Result<bool> (*)(Interpreter&, const Value& input, CallArgs& args);
+using FilterFn = Result<Value> (*)(Evaluator&, const Value& input, CallArgs& args);
+using TestFn = Result<bool> (*)(Evaluator&, const Value& input, CallArgs& args);
 
 enum class ExprKind {
   kLiteral,

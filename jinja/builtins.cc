@@ -9,7 +9,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "jinja/interpreter.h"
+#include "jinja/evaluator.h"
 #include "jinja/operators.h"
 #include "jinja/py_string.h"
 
@@ -27,10 +27,10 @@ Result<bool> NoArgs(std::string_view name, CallArgs& args) {
   return true;
 }
 
-#define SIMPLE_TEST(fn_name, test_name, expr)                          \
-  Result<bool> fn_name(Interpreter&, const Value& v, CallArgs& args) { \
-    RETURN_IF_ERROR(NoArgs(test_name, args).status());                 \
-    return (expr);                                                     \
+#define SIMPLE_TEST(fn_name, test_name, expr)                        \
+  Result<bool> fn_name(Evaluator&, const Value& v, CallArgs& args) { \
+    RETURN_IF_ERROR(NoArgs(test_name, args).status());               \
+    return (expr);                                                   \
   }
 
 SIMPLE_TEST(TestDefined, "defined", !v.is_undefined())
@@ -67,25 +67,25 @@ Result<bool> TestParity(const Value& v, CallArgs& args, std::string_view name, i
   ASSIGN_OR_RETURN(Value m, BinaryOperation(BinaryOp::kMod, v, Value::Int(2)));
   return Equals(m, Value::Int(want));
 }
-Result<bool> TestOdd(Interpreter&, const Value& v, CallArgs& args) {
+Result<bool> TestOdd(Evaluator&, const Value& v, CallArgs& args) {
   return TestParity(v, args, "odd", 1);
 }
-Result<bool> TestEven(Interpreter&, const Value& v, CallArgs& args) {
+Result<bool> TestEven(Evaluator&, const Value& v, CallArgs& args) {
   return TestParity(v, args, "even", 0);
 }
 
-Result<bool> TestDivisibleBy(Interpreter&, const Value& v, CallArgs& args) {
+Result<bool> TestDivisibleBy(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(auto a, BindArgs("divisibleby", args, {"num"}, 1));
   ASSIGN_OR_RETURN(Value m, BinaryOperation(BinaryOp::kMod, v, *a[0]));
   return Equals(m, Value::Int(0));
 }
 
-Result<bool> TestIn(Interpreter&, const Value& v, CallArgs& args) {
+Result<bool> TestIn(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(auto a, BindArgs("in", args, {"seq"}, 1));
   return Contains(*a[0], v);
 }
 
-Result<bool> TestSameAs(Interpreter&, const Value& v, CallArgs& args) {
+Result<bool> TestSameAs(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(auto a, BindArgs("sameas", args, {"other"}, 1));
   const Value& other = *a[0];
   if (v.kind() != other.kind()) return false;
@@ -103,17 +103,17 @@ Result<bool> TestSameAs(Interpreter&, const Value& v, CallArgs& args) {
 }
 
 template <CompareOp kOp>
-Result<bool> TestCompare(Interpreter&, const Value& v, CallArgs& args) {
+Result<bool> TestCompare(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(auto a, BindArgs("comparison test", args, {"other"}, 1));
   return CompareOperation(kOp, v, *a[0]);
 }
 
-Result<bool> TestFilterExists(Interpreter&, const Value& v, CallArgs& args) {
+Result<bool> TestFilterExists(Evaluator&, const Value& v, CallArgs& args) {
   RETURN_IF_ERROR(NoArgs("filter", args).status());
   return v.is_string() && FindFilter(v.AsString()) != nullptr;
 }
 
-Result<bool> TestTestExists(Interpreter&, const Value& v, CallArgs& args) {
+Result<bool> TestTestExists(Evaluator&, const Value& v, CallArgs& args) {
   RETURN_IF_ERROR(NoArgs("test", args).status());
   return v.is_string() && FindTest(v.AsString()) != nullptr;
 }
@@ -165,7 +165,7 @@ const std::unordered_map<std::string_view, TestFn>& Tests() {
 
 // ---- globals -------------------------------------------------------------------------------
 
-Result<Value> GlobalRange(Interpreter&, CallArgs& args) {
+Result<Value> GlobalRange(Evaluator&, CallArgs& args) {
   if (!args.keyword.empty()) return InvalidArgument("range() takes no keyword arguments");
   const size_t n = args.positional.size();
   if (n < 1 || n > 3) return InvalidArgument("range expected 1 to 3 arguments, got {}", n);
@@ -232,12 +232,12 @@ Result<Dict> BuildDict(std::string_view function, CallArgs& args) {
   return dict;
 }
 
-Result<Value> GlobalDict(Interpreter&, CallArgs& args) {
+Result<Value> GlobalDict(Evaluator&, CallArgs& args) {
   ASSIGN_OR_RETURN(Dict dict, BuildDict("dict", args));
   return Value::MakeDict(std::move(dict));
 }
 
-Result<Value> GlobalNamespace(Interpreter&, CallArgs& args) {
+Result<Value> GlobalNamespace(Evaluator&, CallArgs& args) {
   ASSIGN_OR_RETURN(Dict dict, BuildDict("namespace", args));
   auto ns = std::make_shared<Namespace>();
   ns->attrs = std::move(dict);
@@ -245,13 +245,13 @@ Result<Value> GlobalNamespace(Interpreter&, CallArgs& args) {
 }
 
 // transformers' raise_exception: the template aborts with its own message.
-Result<Value> GlobalRaiseException(Interpreter&, CallArgs& args) {
+Result<Value> GlobalRaiseException(Evaluator&, CallArgs& args) {
   ASSIGN_OR_RETURN(auto a, BindArgs("raise_exception", args, {"message"}, 1));
   return InvalidArgument("{}", ToStr(*a[0]));
 }
 
 // transformers' strftime_now: datetime.now().strftime(format), local time.
-Result<Value> GlobalStrftimeNow(Interpreter&, CallArgs& args) {
+Result<Value> GlobalStrftimeNow(Evaluator&, CallArgs& args) {
   ASSIGN_OR_RETURN(auto a, BindArgs("strftime_now", args, {"format"}, 1));
   if (!a[0]->is_string()) return InvalidArgument("strftime() argument 1 must be str");
   const std::time_t now = std::time(nullptr);
@@ -301,88 +301,6 @@ Result<std::vector<std::optional<Value>>> BindArgs(std::string_view function, Ca
   return bound;
 }
 
-Result<std::vector<Value>> Iterate(const Value& v) {
-  switch (v.kind()) {
-    case Value::Kind::kUndefined:
-      return std::vector<Value>{};
-    case Value::Kind::kList: {
-      const List& list = v.AsList();
-      if (list.kind != ListKind::kIterator) return list.items;
-      // An iterator yields what is left of it, once.
-      std::vector<Value> rest(list.items.begin() + static_cast<ptrdiff_t>(list.position),
-                              list.items.end());
-      list.position = list.items.size();
-      return rest;
-    }
-    case Value::Kind::kDict: {
-      std::vector<Value> keys;
-      keys.reserve(v.AsDict().size());
-      for (const auto& [k, value] : v.AsDict().entries()) keys.push_back(k);
-      return keys;
-    }
-    case Value::Kind::kString: {
-      std::vector<Value> chars;
-      const std::string& s = v.AsString();
-      size_t pos = 0;
-      while (pos < s.size()) {
-        const size_t start = pos;
-        DecodeUtf8(s, &pos);
-        chars.push_back(Value::String(s.substr(start, pos - start), v.is_markup()));
-      }
-      return chars;
-    }
-    default:
-      return InvalidArgument("'{}' object is not iterable", TypeName(v));
-  }
-}
-
-Result<bool> Contains(const Value& container, const Value& item) {
-  switch (container.kind()) {
-    case Value::Kind::kUndefined:
-      return false;
-    case Value::Kind::kString:
-      if (!item.is_string()) {
-        if (item.is_undefined()) return UndefinedError(item);
-        return InvalidArgument("'in <string>' requires string as left operand, not {}",
-                               TypeName(item));
-      }
-      return container.AsString().find(item.AsString()) != std::string::npos;
-    case Value::Kind::kList: {
-      const List& list = container.AsList();
-      // `in` consumes an iterator up to and including the match, as in Python.
-      const size_t start = list.kind == ListKind::kIterator ? list.position : 0;
-      for (size_t i = start; i < list.items.size(); ++i) {
-        if (Equals(list.items[i], item)) {
-          if (list.kind == ListKind::kIterator) list.position = i + 1;
-          return true;
-        }
-      }
-      if (list.kind == ListKind::kIterator) list.position = list.items.size();
-      return false;
-    }
-    case Value::Kind::kDict:
-      if (!IsHashable(item)) return InvalidArgument("unhashable type: '{}'", TypeName(item));
-      return container.AsDict().Find(item) != nullptr;
-    default:
-      return InvalidArgument("argument of type '{}' is not iterable", TypeName(container));
-  }
-}
-
-Result<int64_t> ToInteger(const Value& v) {
-  if (v.is_undefined()) return UndefinedError(v);
-  if (v.is_integral()) return v.AsInt();
-  if (v.is_float()) {
-    const double d = v.AsDouble();
-    if (std::isnan(d)) return InvalidArgument("cannot convert float NaN to integer");
-    if (std::isinf(d)) return InvalidArgument("cannot convert float infinity to integer");
-    if (std::fabs(d) >= 9.223372036854775807e18) {
-      return InvalidArgument("integer overflow: {} does not fit in 64 bits", FormatPyFloat(d));
-    }
-    return static_cast<int64_t>(d);
-  }
-  return InvalidArgument("an integer is required, not '{}'", TypeName(v));
-}
-
 TestFn FindTest(std::string_view name) {
   const auto& tests = Tests();
   const auto it = tests.find(name);
@@ -392,7 +310,7 @@ TestFn FindTest(std::string_view name) {
 std::optional<Value> FindGlobal(std::string_view name) {
   struct Global {
     std::string_view name;
-    Result<Value> (*fn)(Interpreter&, CallArgs&);
+    Result<Value> (*fn)(Evaluator&, CallArgs&);
   };
   static constexpr Global kGlobals[] = {
       {"range", GlobalRange},

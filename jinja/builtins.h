@@ -37,13 +37,4 @@ Result<std::vector<std::optional<Value>>> BindArgs(std::string_view function, Ca
                                                    std::initializer_list<std::string_view> params,
                                                    size_t required);
 
-// Python iter(): list items, dict keys, str code points; Undefined iterates as empty.
-Result<std::vector<Value>> Iterate(const Value& v);
-
-// Python `item in container`.
-Result<bool> Contains(const Value& container, const Value& item);
-
-// Python's int(x) and float(x) conversions used by filters and tests.
-Result<int64_t> ToInteger(const Value& v);
-
 }  // namespace moeserve::jinja

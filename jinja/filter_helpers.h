@@ -25,7 +25,7 @@ bool OptBool(const std::optional<Value>& v, bool fallback);
 Result<int64_t> OptInt(const std::optional<Value>& v, int64_t fallback, std::string_view what);
 // jinja2.filters.make_attrgetter: "a.b.0" walks getitem (item first, then attribute), integer
 // parts index.
-Result<Value> GetAttributePath(Interpreter& in, const Value& item, const Value& attribute);
+Result<Value> GetAttributePath(Evaluator& in, const Value& item, const Value& attribute);
 // Sort key of sort/dictsort/unique/min/max: strings lower-cased unless case_sensitive.
 Value IgnoreCase(const Value& v, bool case_sensitive);
 

@@ -11,8 +11,8 @@
 #include <string>
 
 #include "jinja/builtins.h"
+#include "jinja/evaluator.h"
 #include "jinja/filter_helpers.h"
-#include "jinja/interpreter.h"
 #include "jinja/operators.h"
 #include "jinja/py_string.h"
 
@@ -36,7 +36,7 @@ Result<int64_t> OptInt(const std::optional<Value>& v, int64_t fallback, std::str
   return v->AsInt();
 }
 
-Result<Value> GetAttributePath(Interpreter& in, const Value& item, const Value& attribute) {
+Result<Value> GetAttributePath(Evaluator& in, const Value& item, const Value& attribute) {
   if (!attribute.is_string()) return in.GetItem(item, attribute);
   Value current = item;
   for (const std::string& part : PySplit(attribute.AsString(), std::string("."), -1, false)) {
@@ -64,7 +64,7 @@ using internal::OptBool;
 using internal::OptInt;
 using internal::SoftStr;
 
-Result<Value> FilterAbs(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterAbs(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("abs", args, {}, 0));
   if (v.is_integral()) {
     if (v.AsInt() == INT64_MIN) return InvalidArgument("integer overflow in abs()");
@@ -75,7 +75,7 @@ Result<Value> FilterAbs(Interpreter&, const Value& v, CallArgs& args) {
   return InvalidArgument("bad operand type for abs(): '{}'", TypeName(v));
 }
 
-Result<Value> FilterAttr(Interpreter& in, const Value& v, CallArgs& args) {
+Result<Value> FilterAttr(Evaluator& in, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("attr", args, {"name"}, 1));
   if (v.is_undefined()) return UndefinedError(v);
   const std::string name = ToStr(*a[0]);
@@ -85,7 +85,7 @@ Result<Value> FilterAttr(Interpreter& in, const Value& v, CallArgs& args) {
   return Value::Undefined(fmt::format("'{}' has no attribute '{}'", ObjectTypeRepr(v), name));
 }
 
-Result<Value> FilterCapitalize(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterCapitalize(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("capitalize", args, {}, 0));
   const Value s = SoftStr(v);
   return Value::String(PyCapitalize(s.AsString()), s.is_markup());
@@ -104,7 +104,7 @@ std::string Center(const std::string& s, int64_t width, std::string_view fill) {
   return out;
 }
 
-Result<Value> FilterCenter(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterCenter(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("center", args, {"width"}, 0));
   ASSIGN_OR_RETURN(int64_t width, OptInt(a[0], 80, "center width"));
   if (width > static_cast<int64_t>(kMaxStringBytes)) return InvalidArgument("width too large");
@@ -112,7 +112,7 @@ Result<Value> FilterCenter(Interpreter&, const Value& v, CallArgs& args) {
   return Value::String(Center(s.AsString(), width, " "), s.is_markup());
 }
 
-Result<Value> FilterDefault(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterDefault(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("default", args, {"default_value", "boolean"}, 0));
   if (v.is_undefined() || (OptBool(a[1], false) && !Truthy(v))) {
     return a[0].has_value() ? *a[0] : Value::String("");
@@ -120,18 +120,18 @@ Result<Value> FilterDefault(Interpreter&, const Value& v, CallArgs& args) {
   return v;
 }
 
-Result<Value> FilterEscape(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterEscape(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("escape", args, {}, 0));
   if (v.is_markup()) return v;
   return Value::String(HtmlEscape(ToStr(v)), true);
 }
 
-Result<Value> FilterForceEscape(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterForceEscape(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("forceescape", args, {}, 0));
   return Value::String(HtmlEscape(ToStr(v)), true);
 }
 
-Result<Value> FilterFloat(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterFloat(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("float", args, {"default"}, 0));
   const Value fallback = a[0].has_value() ? *a[0] : Value::Float(0.0);
   if (v.is_undefined()) return UndefinedError(v);
@@ -142,7 +142,7 @@ Result<Value> FilterFloat(Interpreter&, const Value& v, CallArgs& args) {
   return fallback;
 }
 
-Result<Value> FilterInt(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterInt(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("int", args, {"default", "base"}, 0));
   const Value fallback = a[0].has_value() ? *a[0] : Value::Int(0);
   ASSIGN_OR_RETURN(int64_t base, OptInt(a[1], 10, "int base"));
@@ -167,7 +167,7 @@ Result<Value> FilterInt(Interpreter&, const Value& v, CallArgs& args) {
   return fallback;
 }
 
-Result<Value> FilterIndent(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterIndent(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("indent", args, {"width", "first", "blank"}, 0));
   std::string indention = "    ";
   if (a[0].has_value()) {
@@ -210,19 +210,19 @@ Result<Value> FilterIndent(Interpreter&, const Value& v, CallArgs& args) {
   return Value::String(std::move(rv), s.is_markup());
 }
 
-Result<Value> FilterLower(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterLower(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("lower", args, {}, 0));
   const Value s = SoftStr(v);
   return Value::String(PyLower(s.AsString()), s.is_markup());
 }
 
-Result<Value> FilterUpper(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterUpper(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("upper", args, {}, 0));
   const Value s = SoftStr(v);
   return Value::String(PyUpper(s.AsString()), s.is_markup());
 }
 
-Result<Value> FilterFormat(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterFormat(Evaluator&, const Value& v, CallArgs& args) {
   if (!args.positional.empty() && !args.keyword.empty()) {
     return InvalidArgument("can't handle positional and keyword arguments at the same time");
   }
@@ -239,7 +239,7 @@ Result<Value> FilterFormat(Interpreter&, const Value& v, CallArgs& args) {
   return Value::String(std::move(out), s.is_markup());
 }
 
-Result<Value> FilterReplace(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterReplace(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("replace", args, {"old", "new", "count"}, 2));
   ASSIGN_OR_RETURN(int64_t count, OptInt(a[2], -1, "replace count"));
   const std::string s = ToStr(v), old_sub = ToStr(*a[0]), new_sub = ToStr(*a[1]);
@@ -265,7 +265,7 @@ double RoundHalfEven(double x, int64_t ndigits) {
   return std::nearbyint(x / p) * p;
 }
 
-Result<Value> FilterRound(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterRound(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("round", args, {"precision", "method"}, 0));
   ASSIGN_OR_RETURN(int64_t precision, OptInt(a[0], 0, "round precision"));
   const std::string method = a[1].has_value() ? ToStr(*a[1]) : "common";
@@ -303,12 +303,12 @@ Result<Value> FilterRound(Interpreter&, const Value& v, CallArgs& args) {
   return Value::Float(r / p);
 }
 
-Result<Value> FilterSafe(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterSafe(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("safe", args, {}, 0));
   return Value::String(ToStr(v), true);
 }
 
-Result<Value> FilterString(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterString(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("string", args, {}, 0));
   RETURN_IF_ERROR(CheckPrintable(v));
   return SoftStr(v);
@@ -316,7 +316,7 @@ Result<Value> FilterString(Interpreter&, const Value& v, CallArgs& args) {
 
 // jinja2's do_title: split on runs of `-`, whitespace and opening brackets; each piece gets its
 // first character upper-cased and the rest lower-cased.
-Result<Value> FilterTitle(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterTitle(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("title", args, {}, 0));
   const Value s = SoftStr(v);
   const std::vector<char32_t> cps = ToCodePoints(s.AsString());
@@ -338,7 +338,7 @@ Result<Value> FilterTitle(Interpreter&, const Value& v, CallArgs& args) {
 
 // transformers' tojson: json.dumps(x, ensure_ascii=False, indent=None, separators=None,
 // sort_keys=False), not Jinja's HTML-safe one.
-Result<Value> FilterToJson(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterToJson(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(
       FilterArgs a,
       BindArgs("tojson", args, {"ensure_ascii", "indent", "separators", "sort_keys"}, 0));
@@ -369,7 +369,7 @@ Result<Value> FilterToJson(Interpreter&, const Value& v, CallArgs& args) {
   return Value::String(std::move(json));
 }
 
-Result<Value> FilterTrim(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterTrim(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("trim", args, {"chars"}, 0));
   std::optional<std::string> chars;
   if (a[0].has_value() && !a[0]->is_none()) chars = ToStr(*a[0]);
@@ -377,7 +377,7 @@ Result<Value> FilterTrim(Interpreter&, const Value& v, CallArgs& args) {
   return Value::String(PyStrip(s.AsString(), chars, true, true), s.is_markup());
 }
 
-Result<Value> FilterTruncate(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterTruncate(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a,
                    BindArgs("truncate", args, {"length", "killwords", "end", "leeway"}, 0));
   ASSIGN_OR_RETURN(int64_t length, OptInt(a[0], 255, "truncate length"));
@@ -404,7 +404,7 @@ Result<Value> FilterTruncate(Interpreter&, const Value& v, CallArgs& args) {
   return Value::String(head + end);
 }
 
-Result<Value> FilterWordCount(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterWordCount(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("wordcount", args, {}, 0));
   // Runs of \w: letters, digits and underscore.
   int64_t words = 0;

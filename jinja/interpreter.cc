@@ -606,7 +606,7 @@ Value Interpreter::LoopAttribute(const Value& loop, std::string_view name) {
   if (name == "cycle") {
     return Value::MakeCallable(
         CallableKind::kMethod, "LoopContext.cycle",
-        [i](Interpreter&, CallArgs& args) -> Result<Value> {
+        [i](Evaluator&, CallArgs& args) -> Result<Value> {
           if (!args.keyword.empty())
             return InvalidArgument("loop.cycle() takes no keyword arguments");
           if (args.positional.empty()) return InvalidArgument("no items for cycling given");
@@ -616,7 +616,7 @@ Value Interpreter::LoopAttribute(const Value& loop, std::string_view name) {
   if (name == "changed") {
     std::shared_ptr<std::optional<Value>> state = info.changed_state;
     return Value::MakeCallable(CallableKind::kMethod, "LoopContext.changed",
-                               [state](Interpreter&, CallArgs& args) -> Result<Value> {
+                               [state](Evaluator&, CallArgs& args) -> Result<Value> {
                                  Value current = Value::MakeList(args.positional, ListKind::kTuple);
                                  if (state->has_value() && Equals(**state, current))
                                    return Value::Bool(false);
@@ -643,7 +643,10 @@ Value Interpreter::MakeMacro(const MacroStmt& macro, const ScopePtr& scope) {
   const MacroStmt* m = &macro;
   return Value::MakeCallable(
       CallableKind::kMacro, macro.name,
-      [m, scope](Interpreter& in, CallArgs& args) { return in.CallMacro(*m, scope, args); });
+      // Callables are only ever called by the interpreter rendering the template (Call).
+      [m, scope](Evaluator& in, CallArgs& args) {
+        return static_cast<Interpreter&>(in).CallMacro(*m, scope, args);
+      });
 }
 
 Result<Value> Interpreter::CallMacro(const MacroStmt& macro, const ScopePtr& closure,

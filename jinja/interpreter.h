@@ -11,11 +11,12 @@
 
 #include "core/status.h"
 #include "jinja/ast.h"
+#include "jinja/evaluator.h"
 #include "jinja/value.h"
 
 namespace moeserve::jinja {
 
-class Interpreter {
+class Interpreter final : public Evaluator {
  public:
   Interpreter() = default;
   Interpreter(const Interpreter&) = delete;
@@ -27,17 +28,12 @@ class Interpreter {
   Result<std::string> Render(const Body& body,
                              const std::vector<std::pair<std::string, Value>>& context);
 
-  // ---- services for filters, tests and methods -------------------------------------------
-
-  // Calls a macro, builtin or bound method.
-  Result<Value> Call(const Value& callee, CallArgs args);
-  // Jinja's environment.getattr / getitem: attribute first or item first, Undefined when
-  // neither exists, an error only when `object` itself is Undefined.
-  Result<Value> GetAttr(const Value& object, std::string_view name);
-  Result<Value> GetItem(const Value& object, const Value& key);
-  // Applies a filter or test by name (for map, select, reject, ...).
-  Result<Value> ApplyFilter(std::string_view name, const Value& input, CallArgs args);
-  Result<bool> ApplyTest(std::string_view name, const Value& input, CallArgs args);
+  // The services of Evaluator (evaluator.h) for filters, tests and methods.
+  Result<Value> Call(const Value& callee, CallArgs args) override;
+  Result<Value> GetAttr(const Value& object, std::string_view name) override;
+  Result<Value> GetItem(const Value& object, const Value& key) override;
+  Result<Value> ApplyFilter(std::string_view name, const Value& input, CallArgs args) override;
+  Result<bool> ApplyTest(std::string_view name, const Value& input, CallArgs args) override;
 
  private:
   struct Scope;

@@ -445,7 +445,7 @@ bool Listed(const std::string_view (&names)[N], std::string_view name) {
 Value Bind(const Value& self, std::string_view type, const MethodEntry& entry) {
   const Method fn = entry.fn;
   return Value::MakeCallable(CallableKind::kMethod, fmt::format("{}.{}", type, entry.name),
-                             [self, fn](Interpreter&, CallArgs& args) { return fn(self, args); });
+                             [self, fn](Evaluator&, CallArgs& args) { return fn(self, args); });
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 
-#include "jinja/builtins.h"
 #include "jinja/py_string.h"
 
 namespace moeserve::jinja {
@@ -518,6 +517,88 @@ Result<std::string> PercentFormat(std::string_view format, const Value& args, bo
     return InvalidArgument("not all arguments converted during string formatting");
   }
   return out;
+}
+
+Result<std::vector<Value>> Iterate(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::kUndefined:
+      return std::vector<Value>{};
+    case Value::Kind::kList: {
+      const List& list = v.AsList();
+      if (list.kind != ListKind::kIterator) return list.items;
+      // An iterator yields what is left of it, once.
+      std::vector<Value> rest(list.items.begin() + static_cast<ptrdiff_t>(list.position),
+                              list.items.end());
+      list.position = list.items.size();
+      return rest;
+    }
+    case Value::Kind::kDict: {
+      std::vector<Value> keys;
+      keys.reserve(v.AsDict().size());
+      for (const auto& [k, value] : v.AsDict().entries()) keys.push_back(k);
+      return keys;
+    }
+    case Value::Kind::kString: {
+      std::vector<Value> chars;
+      const std::string& s = v.AsString();
+      size_t pos = 0;
+      while (pos < s.size()) {
+        const size_t start = pos;
+        DecodeUtf8(s, &pos);
+        chars.push_back(Value::String(s.substr(start, pos - start), v.is_markup()));
+      }
+      return chars;
+    }
+    default:
+      return InvalidArgument("'{}' object is not iterable", TypeName(v));
+  }
+}
+
+Result<bool> Contains(const Value& container, const Value& item) {
+  switch (container.kind()) {
+    case Value::Kind::kUndefined:
+      return false;
+    case Value::Kind::kString:
+      if (!item.is_string()) {
+        if (item.is_undefined()) return UndefinedError(item);
+        return InvalidArgument("'in <string>' requires string as left operand, not {}",
+                               TypeName(item));
+      }
+      return container.AsString().find(item.AsString()) != std::string::npos;
+    case Value::Kind::kList: {
+      const List& list = container.AsList();
+      // `in` consumes an iterator up to and including the match, as in Python.
+      const size_t start = list.kind == ListKind::kIterator ? list.position : 0;
+      for (size_t i = start; i < list.items.size(); ++i) {
+        if (Equals(list.items[i], item)) {
+          if (list.kind == ListKind::kIterator) list.position = i + 1;
+          return true;
+        }
+      }
+      if (list.kind == ListKind::kIterator) list.position = list.items.size();
+      return false;
+    }
+    case Value::Kind::kDict:
+      if (!IsHashable(item)) return InvalidArgument("unhashable type: '{}'", TypeName(item));
+      return container.AsDict().Find(item) != nullptr;
+    default:
+      return InvalidArgument("argument of type '{}' is not iterable", TypeName(container));
+  }
+}
+
+Result<int64_t> ToInteger(const Value& v) {
+  if (v.is_undefined()) return UndefinedError(v);
+  if (v.is_integral()) return v.AsInt();
+  if (v.is_float()) {
+    const double d = v.AsDouble();
+    if (std::isnan(d)) return InvalidArgument("cannot convert float NaN to integer");
+    if (std::isinf(d)) return InvalidArgument("cannot convert float infinity to integer");
+    if (std::fabs(d) >= 9.223372036854775807e18) {
+      return InvalidArgument("integer overflow: {} does not fit in 64 bits", FormatPyFloat(d));
+    }
+    return static_cast<int64_t>(d);
+  }
+  return InvalidArgument("an integer is required, not '{}'", TypeName(v));
 }
 
 }  // namespace moeserve::jinja

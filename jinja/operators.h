@@ -25,6 +25,15 @@ Result<bool> CompareOperation(CompareOp op, const Value& a, const Value& b);
 // argument is Markup itself.
 Result<std::string> PercentFormat(std::string_view format, const Value& args, bool escape = false);
 
+// Python iter(): list items, dict keys, str code points; Undefined iterates as empty.
+Result<std::vector<Value>> Iterate(const Value& v);
+
+// Python `item in container`.
+Result<bool> Contains(const Value& container, const Value& item);
+
+// Python's int(x) and float(x) conversions used by filters and tests.
+Result<int64_t> ToInteger(const Value& v);
+
 // The error Jinja raises when an Undefined is used in an operation.
 Status UndefinedError(const Value& undefined);
 

@@ -9,15 +9,15 @@
 #include <string_view>
 #include <vector>
 
+#include "core/utf8.h"
+
 namespace moeserve::jinja {
 
 // Decodes one code point at s[*pos] and advances *pos. Invalid bytes decode as themselves (one
 // byte each) so that no input makes the interpreter fail; chat inputs come from parsed JSON and
 // are valid UTF-8 anyway.
 char32_t DecodeUtf8(std::string_view s, size_t* pos);
-// Appends the UTF-8 encoding of `cp` (the interpreter's own, so jinja/ needs nothing of the
-// tokenizer).
-void AppendUtf8(char32_t cp, std::string* out);
+using ::moeserve::AppendUtf8;  // core/utf8.h
 
 std::vector<char32_t> ToCodePoints(std::string_view s);
 std::string FromCodePoints(const std::vector<char32_t>& cps, size_t begin, size_t end);

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "jinja/builtins.h"
+#include "jinja/evaluator.h"
 #include "jinja/filter_helpers.h"
-#include "jinja/interpreter.h"
 #include "jinja/operators.h"
 #include "jinja/py_string.h"
 
@@ -38,7 +38,7 @@ Status SortByKeys(std::vector<Value>* items, std::vector<Value>* keys, bool reve
   return OkStatus();
 }
 
-Result<Value> FilterBatch(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterBatch(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("batch", args, {"linecount", "fill_with"}, 1));
   ASSIGN_OR_RETURN(int64_t n, OptInt(a[0], 1, "batch linecount"));
   if (n <= 0) return InvalidArgument("batch linecount must be positive");
@@ -60,7 +60,7 @@ Result<Value> FilterBatch(Interpreter&, const Value& v, CallArgs& args) {
   return MakeIterator(std::move(batches));
 }
 
-Result<Value> FilterDictSort(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterDictSort(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a,
                    BindArgs("dictsort", args, {"case_sensitive", "by", "reverse"}, 0));
   if (!v.is_dict()) {
@@ -81,7 +81,7 @@ Result<Value> FilterDictSort(Interpreter&, const Value& v, CallArgs& args) {
   return Value::MakeList(std::move(items));
 }
 
-Result<Value> FilterFirst(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterFirst(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("first", args, {}, 0));
   if (IsIterator(v)) {  // next(iter(x)) takes one item off an iterator
     const List& it = v.AsList();
@@ -94,7 +94,7 @@ Result<Value> FilterFirst(Interpreter&, const Value& v, CallArgs& args) {
   return items.front();
 }
 
-Result<Value> FilterLast(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterLast(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("last", args, {}, 0));
   if (IsIterator(v)) return InvalidArgument("'{}' object is not reversible", TypeName(v));
   ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
@@ -102,7 +102,7 @@ Result<Value> FilterLast(Interpreter&, const Value& v, CallArgs& args) {
   return items.back();
 }
 
-Result<Value> FilterItems(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterItems(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("items", args, {}, 0));
   if (v.is_undefined()) return MakeIterator({});
   if (!v.is_dict()) return InvalidArgument("Can only get item pairs from a mapping.");
@@ -113,7 +113,7 @@ Result<Value> FilterItems(Interpreter&, const Value& v, CallArgs& args) {
   return MakeIterator(std::move(items));
 }
 
-Result<Value> FilterJoin(Interpreter& in, const Value& v, CallArgs& args) {
+Result<Value> FilterJoin(Evaluator& in, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("join", args, {"d", "attribute"}, 0));
   const std::string sep = a[0].has_value() ? ToStr(*a[0]) : "";
   ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
@@ -131,7 +131,7 @@ Result<Value> FilterJoin(Interpreter& in, const Value& v, CallArgs& args) {
   return Value::String(std::move(out));
 }
 
-Result<Value> FilterLength(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterLength(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("length", args, {}, 0));
   switch (v.kind()) {
     case Value::Kind::kUndefined:
@@ -150,7 +150,7 @@ Result<Value> FilterLength(Interpreter&, const Value& v, CallArgs& args) {
   }
 }
 
-Result<Value> FilterList(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterList(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("list", args, {}, 0));
   ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
   return Value::MakeList(std::move(items));
@@ -164,7 +164,7 @@ Result<std::vector<Value>> IterateIfTruthy(const Value& v) {
 }
 
 // map(attribute='x', default=...) or map('filter', args...).
-Result<Value> FilterMap(Interpreter& in, const Value& v, CallArgs& args) {
+Result<Value> FilterMap(Evaluator& in, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(std::vector<Value> items, IterateIfTruthy(v));
   std::vector<Value> out;
   out.reserve(items.size());
@@ -199,7 +199,7 @@ Result<Value> FilterMap(Interpreter& in, const Value& v, CallArgs& args) {
 }
 
 // select / reject / selectattr / rejectattr.
-Result<Value> SelectOrReject(Interpreter& in, const Value& v, CallArgs& args, bool select,
+Result<Value> SelectOrReject(Evaluator& in, const Value& v, CallArgs& args, bool select,
                              bool by_attribute) {
   ASSIGN_OR_RETURN(std::vector<Value> items, IterateIfTruthy(v));
   std::vector<Value> positional = args.positional;
@@ -235,20 +235,20 @@ Result<Value> SelectOrReject(Interpreter& in, const Value& v, CallArgs& args, bo
   return MakeIterator(std::move(out));
 }
 
-Result<Value> FilterSelect(Interpreter& in, const Value& v, CallArgs& args) {
+Result<Value> FilterSelect(Evaluator& in, const Value& v, CallArgs& args) {
   return SelectOrReject(in, v, args, true, false);
 }
-Result<Value> FilterReject(Interpreter& in, const Value& v, CallArgs& args) {
+Result<Value> FilterReject(Evaluator& in, const Value& v, CallArgs& args) {
   return SelectOrReject(in, v, args, false, false);
 }
-Result<Value> FilterSelectAttr(Interpreter& in, const Value& v, CallArgs& args) {
+Result<Value> FilterSelectAttr(Evaluator& in, const Value& v, CallArgs& args) {
   return SelectOrReject(in, v, args, true, true);
 }
-Result<Value> FilterRejectAttr(Interpreter& in, const Value& v, CallArgs& args) {
+Result<Value> FilterRejectAttr(Evaluator& in, const Value& v, CallArgs& args) {
   return SelectOrReject(in, v, args, false, true);
 }
 
-Result<Value> MinOrMax(Interpreter& in, const Value& v, CallArgs& args, bool max) {
+Result<Value> MinOrMax(Evaluator& in, const Value& v, CallArgs& args, bool max) {
   ASSIGN_OR_RETURN(FilterArgs a,
                    BindArgs(max ? "max" : "min", args, {"case_sensitive", "attribute"}, 0));
   ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
@@ -275,14 +275,14 @@ Result<Value> MinOrMax(Interpreter& in, const Value& v, CallArgs& args, bool max
   return items[best];
 }
 
-Result<Value> FilterMax(Interpreter& in, const Value& v, CallArgs& args) {
+Result<Value> FilterMax(Evaluator& in, const Value& v, CallArgs& args) {
   return MinOrMax(in, v, args, true);
 }
-Result<Value> FilterMin(Interpreter& in, const Value& v, CallArgs& args) {
+Result<Value> FilterMin(Evaluator& in, const Value& v, CallArgs& args) {
   return MinOrMax(in, v, args, false);
 }
 
-Result<Value> FilterReverse(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterReverse(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("reverse", args, {}, 0));
   if (v.is_string()) {
     std::vector<char32_t> cps = ToCodePoints(v.AsString());
@@ -323,7 +323,7 @@ Result<Value> FilterReverse(Interpreter&, const Value& v, CallArgs& args) {
   return MakeIterator(std::move(items), type);
 }
 
-Result<Value> FilterSlice(Interpreter&, const Value& v, CallArgs& args) {
+Result<Value> FilterSlice(Evaluator&, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("slice", args, {"slices", "fill_with"}, 1));
   ASSIGN_OR_RETURN(int64_t slices, OptInt(a[0], 1, "slice count"));
   if (slices <= 0) return InvalidArgument("slice count must be positive");
@@ -344,7 +344,7 @@ Result<Value> FilterSlice(Interpreter&, const Value& v, CallArgs& args) {
   return MakeIterator(std::move(out));
 }
 
-Result<Value> FilterSort(Interpreter& in, const Value& v, CallArgs& args) {
+Result<Value> FilterSort(Evaluator& in, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a,
                    BindArgs("sort", args, {"reverse", "case_sensitive", "attribute"}, 0));
   ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
@@ -361,7 +361,7 @@ Result<Value> FilterSort(Interpreter& in, const Value& v, CallArgs& args) {
   return Value::MakeList(std::move(items));
 }
 
-Result<Value> FilterSum(Interpreter& in, const Value& v, CallArgs& args) {
+Result<Value> FilterSum(Evaluator& in, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("sum", args, {"attribute", "start"}, 0));
   ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
   Value total = a[1].has_value() ? *a[1] : Value::Int(0);
@@ -377,7 +377,7 @@ Result<Value> FilterSum(Interpreter& in, const Value& v, CallArgs& args) {
   return total;
 }
 
-Result<Value> FilterUnique(Interpreter& in, const Value& v, CallArgs& args) {
+Result<Value> FilterUnique(Evaluator& in, const Value& v, CallArgs& args) {
   ASSIGN_OR_RETURN(FilterArgs a, BindArgs("unique", args, {"case_sensitive", "attribute"}, 0));
   ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
   const bool case_sensitive = OptBool(a[0], false);

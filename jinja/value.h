@@ -20,7 +20,7 @@
 
 namespace moeserve::jinja {
 
-class Interpreter;
+class Evaluator;
 class Value;
 class Dict;
 struct Callable;
@@ -29,7 +29,7 @@ struct List;
 struct LoopInfo;
 struct Namespace;
 
-using NativeFunction = std::function<Result<Value>(Interpreter&, CallArgs&)>;
+using NativeFunction = std::function<Result<Value>(Evaluator&, CallArgs&)>;
 
 // What Python type a list-like value stands for; it changes repr(), equality, whether indexing
 // works (dict views are not subscriptable in Python), and for kIterator the semantics: the lazy

@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/utf8.h"
+
 namespace moeserve::tokenizer {
 
 // The replacement character U+FFFD, UTF-8 encoded.
@@ -20,7 +22,7 @@ char32_t NextCodePoint(std::string_view s, size_t* i);
 // The code point that ends at s[end - 1] (valid UTF-8); *start receives its first byte's offset.
 char32_t PreviousCodePoint(std::string_view s, size_t end, size_t* start);
 
-void AppendUtf8(char32_t cp, std::string* out);
+using ::moeserve::AppendUtf8;  // core/utf8.h
 
 // Appends `bytes` to *out as text, each maximal ill-formed subsequence replaced by one U+FFFD
 // (the Unicode "substitution of maximal subparts" practice that from_utf8_lossy follows).
