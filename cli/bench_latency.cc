@@ -610,7 +610,9 @@ int Run(const Options& o) {
   return 0;
 }
 
-int RunLatency(const std::vector<std::string>& args) {
+}  // namespace
+
+int RunBenchLatency(const std::vector<std::string>& args) {
   Options o;
   FlagSet flags(
       "moeserve bench latency",
@@ -640,23 +642,6 @@ int RunLatency(const std::vector<std::string>& args) {
   if (std::optional<int> exit_code = ParseFlags(flags, args, kCommand)) return *exit_code;
   o.max_num_seqs_given = flags.WasSet("max-num-seqs");
   return Run(o);
-}
-
-}  // namespace
-
-int RunBench(const std::vector<std::string>& args) {
-  if (!args.empty() && args[0] == "latency") {
-    return RunLatency(std::vector<std::string>(args.begin() + 1, args.end()));
-  }
-  if (!args.empty() && args[0] == "serve") {
-    return RunBenchServe(std::vector<std::string>(args.begin() + 1, args.end()));
-  }
-  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
-    std::puts("usage: moeserve bench latency|serve [flags]   (see --help of each)");
-    return 0;
-  }
-  return UsageError("bench", InvalidArgument("expected 'bench latency' or 'bench serve' (got '{}')",
-                                             args.empty() ? "" : args[0]));
 }
 
 }  // namespace moeserve::cli
