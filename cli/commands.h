@@ -51,7 +51,9 @@ void DescribeFlags(int (*run)(const std::vector<std::string>&),
 std::string DefaultModelDir();
 
 // Parses a subcommand's flags. Returns the exit code when the command should stop here: 0 after
-// printing --help, 2 after printing a usage error; nullopt to go on.
+// printing --help, 2 after printing a usage error; nullopt to go on. Every subcommand calls it
+// once its flags are registered and before any work, and returns what it returns: DescribeFlags
+// relies on that.
 std::optional<int> ParseFlags(FlagSet& flags, const std::vector<std::string>& args,
                               const std::string& command);
 
