@@ -183,200 +183,210 @@ Result<std::vector<TurnResult>> RunConversation(model::ModelGroup& group,
     }
     const engine::Request* r = engine->Find(id);
     t.cached_tokens = r->num_cached_tokens;
-    conversation.insert(conversation.end(), r->output_token_ids.begin(),
-                        r->output_token_ids.end());
+    conversation.insert(conversation.end(), r->output_token_ids.begin(), r->output_token_ids.end());
     engine->Release(id);
     results.push_back(t);
   }
   return results;
 }
 
-int RunTurns(const Options& o, model::ModelGroup& group, const engine::EngineConfig& config,
-             double roofline, double bandwidth);
+// What the flags ask for, checked against each other (before the model loads).
+struct Plan {
+  std::vector<int32_t> batches;  // --batch-size, in order
+  engine::EngineConfig config;   // the engine as the flags say, max_model_len filled in
+  int64_t request_len = 0;       // positions of the longest request: all turns, prompt and output
+};
 
-int Run(const Options& o) {
-  for (Status s : {o.model.Validate(), o.engine.Validate()}) {
-    if (!s.ok()) return UsageError(kCommand, s);
-  }
+// A usage error (InvalidArgument) names the flag.
+Result<Plan> CheckFlags(const Options& o) {
+  RETURN_IF_ERROR(o.model.Validate());
+  RETURN_IF_ERROR(o.engine.Validate());
   if (o.input_len < 1 || o.output_len < 2) {
-    return UsageError(kCommand, InvalidArgument("--input-len must be >= 1 and --output-len >= 2"));
+    return InvalidArgument("--input-len must be >= 1 and --output-len >= 2");
   }
+  Plan plan;
   Result<std::vector<int32_t>> batches = ParseTokenIds(o.batch_size, 1 << 20);
   if (!batches.ok() ||
       std::any_of(batches->begin(), batches->end(), [](int32_t b) { return b < 1; })) {
-    return UsageError(
-        kCommand,
-        InvalidArgument("--batch-size: '{}' is not a list of positive integers", o.batch_size));
+    return InvalidArgument("--batch-size: '{}' is not a list of positive integers", o.batch_size);
   }
+  plan.batches = std::move(*batches);
   // The engine: as the flags say, with max_model_len just what a request needs unless given.
-  engine::EngineConfig config = o.engine.ToConfig();
-  const int64_t max_batch = *std::max_element(batches->begin(), batches->end());
-  if (o.max_num_seqs_given && config.max_num_seqs < max_batch) {
-    return UsageError(kCommand, InvalidArgument("--max-num-seqs {} is below --batch-size {}",
-                                                config.max_num_seqs, max_batch));
+  plan.config = o.engine.ToConfig();
+  const int64_t max_batch = *std::max_element(plan.batches.begin(), plan.batches.end());
+  if (o.max_num_seqs_given && plan.config.max_num_seqs < max_batch) {
+    return InvalidArgument("--max-num-seqs {} is below --batch-size {}", plan.config.max_num_seqs,
+                           max_batch);
   }
-  if (o.turns < 1 || o.turns > 1000) {
-    return UsageError(kCommand, InvalidArgument("--turns must be in [1, 1000]"));
-  }
+  if (o.turns < 1 || o.turns > 1000) return InvalidArgument("--turns must be in [1, 1000]");
   if (o.ablation_rounds < 1 || o.ablation_rounds > 100) {
-    return UsageError(kCommand, InvalidArgument("--ablation-rounds must be in [1, 100]"));
+    return InvalidArgument("--ablation-rounds must be in [1, 100]");
   }
-  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--json", o.json_file},
-                                    {"--report", o.report_file}}) {
-    if (path.empty()) continue;
-    if (Status s = CheckWritableFile(flag, path); !s.ok()) return UsageError(kCommand, s);
+  for (const auto& [flag, path] :
+       {std::pair<const char*, const std::string&>{"--json", o.json_file},
+        {"--report", o.report_file}}) {
+    if (!path.empty()) RETURN_IF_ERROR(CheckWritableFile(flag, path));
   }
   if (o.turns > 1 && !o.report_file.empty()) {
-    return UsageError(kCommand, InvalidArgument("--report charts batches, not --turns"));
+    return InvalidArgument("--report charts batches, not --turns");
   }
-  if (o.turns > 1 && o.ablation) {
-    return UsageError(kCommand, InvalidArgument("--ablation measures batches, not --turns"));
+  if (o.turns > 1 && o.ablation) return InvalidArgument("--ablation measures batches, not --turns");
+  plan.request_len = o.turns * (o.input_len + o.output_len);
+  if (plan.config.max_model_len == 0) {
+    plan.config.max_model_len = plan.request_len;
+  } else if (plan.config.max_model_len < plan.request_len) {
+    return InvalidArgument("--max-model-len {} is below --input-len + --output-len = {}",
+                           plan.config.max_model_len, plan.request_len);
   }
-  const int64_t request_len = o.turns * (o.input_len + o.output_len);
-  if (config.max_model_len == 0) {
-    config.max_model_len = request_len;
-  } else if (config.max_model_len < request_len) {
-    return UsageError(kCommand, InvalidArgument("--max-model-len {} is below --input-len + "
-                                                "--output-len = {}",
-                                                config.max_model_len, request_len));
-  }
-  if (Status s = o.model.CheckParallel(); !s.ok()) return UsageError(kCommand, s);
-  Result<std::unique_ptr<model::ModelGroup>> loaded = o.model.LoadGroup();
-  if (!loaded.ok()) return RuntimeError(kCommand, loaded.status());
-  model::ModelGroup& group = **loaded;
-  if (!group.leader()) {  // an MPI rank other than 0: rank 0 drives it
-    group.Follow();
-    return 0;
-  }
-  model::CausalLm& lm = group.model();
-  // Threads of every rank on this machine.
-  const int64_t threads_here =
-      static_cast<int64_t>(lm.pool().num_threads()) * o.model.RanksOnThisMachine();
-  const io::ModelConfig& c = lm.config();
-  if (request_len > c.max_position_embeddings) {
-    return UsageError(kCommand, InvalidArgument("input + output length exceeds the model's "
-                                                "max_position_embeddings {}",
-                                                c.max_position_embeddings));
-  }
+  return plan;
+}
 
+// Unless given, --max-num-seqs is the batch size: GDN state slots and the runner's rows are
+// sized for it.
+engine::EngineConfig ConfigFor(const Options& o, int64_t batch, const engine::EngineConfig& base) {
+  engine::EngineConfig sized = base;
+  if (!o.max_num_seqs_given) sized.max_num_seqs = batch;
+  return sized;
+}
+
+// What the runs are judged against, measured on this machine in this run.
+struct Ceilings {
+  int64_t threads_per_rank = 0;
+  int64_t threads_here = 0;  // threads of every rank on this machine
+  model::ModelStats stats;
+  double bandwidth = 0;  // GB/s read
+  double fma_peak = 0;   // f32 GFLOP/s
+  double prefill_flops_per_token = 0;
+  double roofline = 0;  // tokens/s of one sequence
+};
+
+Ceilings MeasureCeilings(const Options& o, model::ModelGroup& group) {
+  model::CausalLm& lm = group.model();
+  const io::ModelConfig& c = lm.config();
+  Ceilings m;
+  m.threads_per_rank = static_cast<int64_t>(lm.pool().num_threads());
+  m.threads_here = m.threads_per_rank * o.model.RanksOnThisMachine();
   // Weight bytes one decoded token reads as loaded: matrices as --weight-dtype stores each
   // (packed formats with their scales), vectors f32.
   const model::ModelWeights& weights = lm.weights();
-  const model::ModelStats stats =
-      model::ComputeModelStats(c, [&](const model::CheckpointTensor& t) {
-        if (t.kind != model::TensorKind::kLinear && t.kind != model::TensorKind::kEmbedding) {
-          return static_cast<double>(sizeof(float));
-        }
-        const int64_t cols = t.shape.back();
-        return model::BytesPerWeight(
-            model::MatrixDType(weights.matrix_dtype, weights.base_dtype, t.role, cols), cols);
-      });
+  m.stats = model::ComputeModelStats(c, [&](const model::CheckpointTensor& t) {
+    if (t.kind != model::TensorKind::kLinear && t.kind != model::TensorKind::kEmbedding) {
+      return static_cast<double>(sizeof(float));
+    }
+    const int64_t cols = t.shape.back();
+    return model::BytesPerWeight(
+        model::MatrixDType(weights.matrix_dtype, weights.base_dtype, t.role, cols), cols);
+  });
   // Measured with as many threads as the ranks here compute with.
-  ThreadPool bandwidth_pool(static_cast<size_t>(threads_here));
-  const double bandwidth = kernels::MeasureReadBandwidth(bandwidth_pool).gb_per_s;
+  ThreadPool bandwidth_pool(static_cast<size_t>(m.threads_here));
+  m.bandwidth = kernels::MeasureReadBandwidth(bandwidth_pool).gb_per_s;
   // The compute ceiling prefill is judged against, on the same threads.
-  const double fma_peak = kernels::MeasureFmaPeak(bandwidth_pool).gflops;
+  m.fma_peak = kernels::MeasureFmaPeak(bandwidth_pool).gflops;
   // Flops of one prefill token: 2 per active matrix weight, without the embedding (a gather)
   // and lm_head (one token per prompt); attention's scores over the context come on top.
   const double embedding_params = static_cast<double>(c.vocab_size * c.hidden_size);
-  const double prefill_flops_per_token =
-      2.0 * (static_cast<double>(stats.params_active) -
-             embedding_params * (c.tie_word_embeddings ? 1 : 2));
+  m.prefill_flops_per_token = 2.0 * (static_cast<double>(m.stats.params_active) -
+                                     embedding_params * (c.tie_word_embeddings ? 1 : 2));
   // The roofline of one sequence. A batch of B reads the shared weights once per step for all B
   // tokens but each token's own experts, so its aggregate rate may pass this single-sequence
   // bound: roofline_ratio = decode_tok_s / roofline_tok_s says how far batching carries past it.
-  const double roofline = bandwidth * 1e9 / static_cast<double>(stats.bytes_per_token);
+  m.roofline = m.bandwidth * 1e9 / static_cast<double>(m.stats.bytes_per_token);
+  return m;
+}
 
-  // Unless given, --max-num-seqs is the batch size: GDN state slots and the runner's rows are
-  // sized for it.
-  const auto config_for = [&](int64_t batch, const engine::EngineConfig& base) {
-    engine::EngineConfig sized = base;
-    if (!o.max_num_seqs_given) sized.max_num_seqs = batch;
-    return sized;
-  };
-  // A warm-up run, then the measured ones. Like vLLM's benchmark_latency, the warm-up has the
-  // measured shape (the largest batch, the whole prompt; two output tokens): the model's scratch
-  // grows to the largest step once and its pages are faulted in here, not in a measured prefill
-  // (measured: a first 128-token prefill runs ~10 % slower than the next ones).
-  if (o.turns > 1) return RunTurns(o, group, config_for(1, config), roofline, bandwidth);
-  const int32_t largest = *std::max_element(batches->begin(), batches->end());
-  if (Result<RunResult> warm =
-          RunBatch(group, config_for(largest, config), largest, o.input_len, 2, o.seed + 1);
-      !warm.ok()) {
-    return InputOrRuntimeError(kCommand, warm.status());
-  }
+// A warm-up run, then one measured run per batch size. Like vLLM's benchmark_latency, the
+// warm-up has the measured shape (the largest batch, the whole prompt; two output tokens): the
+// model's scratch grows to the largest step once and its pages are faulted in here, not in a
+// measured prefill (a first prefill runs slower than the next ones).
+Result<std::vector<RunResult>> MeasureBatches(const Options& o, const Plan& plan, const Ceilings& m,
+                                              model::ModelGroup& group) {
+  const int32_t largest = *std::max_element(plan.batches.begin(), plan.batches.end());
+  RETURN_IF_ERROR(
+      RunBatch(group, ConfigFor(o, largest, plan.config), largest, o.input_len, 2, o.seed + 1)
+          .status());
   std::vector<RunResult> runs;
-  for (int32_t b : *batches) {
-    Result<RunResult> run = RunBatch(group, config_for(b, config), b, o.input_len, o.output_len, o.seed);
-    if (!run.ok()) {
-      return InputOrRuntimeError(kCommand,
-                                 run.status().WithContext(fmt::format("batch size {}", b)));
-    }
-    run->roofline_tok_s = roofline;
-    run->roofline_ratio = run->decode_tok_s / roofline;
-    run->prefill_gflops = run->prefill_tok_s * prefill_flops_per_token * 1e-9;
-    run->prefill_peak_ratio = run->prefill_gflops / fma_peak;
+  for (int32_t b : plan.batches) {
+    Result<RunResult> run =
+        RunBatch(group, ConfigFor(o, b, plan.config), b, o.input_len, o.output_len, o.seed);
+    if (!run.ok()) return run.status().WithContext(fmt::format("batch size {}", b));
+    run->roofline_tok_s = m.roofline;
+    run->roofline_ratio = run->decode_tok_s / m.roofline;
+    run->prefill_gflops = run->prefill_tok_s * m.prefill_flops_per_token * 1e-9;
+    run->prefill_peak_ratio = run->prefill_gflops / m.fma_peak;
     runs.push_back(*run);
   }
+  return runs;
+}
 
-  // --ablation at the first batch size: rounds of runs -- everything on, then each
-  // optimization off in turn -- and per configuration the median TPOT over the rounds. The
-  // rounds interleave the configurations, so a drift of the machine (a VM's bandwidth moves by
-  // +-15 % over minutes) falls on all of them alike.
-  std::vector<AblationRow> ablation;
-  std::vector<double> baseline_runs;
-  double baseline = 0;
-  if (o.ablation) {
-    const int64_t b = batches->front();
-    const RunSwitches on{lm.forward_options(), config};
-    // Every run sets the forward's switches it needs on every rank; the last puts them back.
-    const auto tpot_of = [&](const RunSwitches& s) -> Result<double> {
-      group.SetForwardOptions(s.forward);
-      Result<RunResult> run =
-          RunBatch(group, config_for(b, s.engine), b, o.input_len, o.output_len, o.seed);
-      if (!run.ok()) return run.status();
-      return run->tpot_ms;
-    };
-    const std::vector<Optimization> opts = AblatableOptimizations(on, c, group.size(), o.model.ep);
-    std::vector<std::vector<double>> off_runs(opts.size());
-    for (int64_t round = 0; round < o.ablation_rounds; ++round) {
-      Result<double> all_on = tpot_of(on);
-      if (!all_on.ok()) return InputOrRuntimeError(kCommand, all_on.status());
-      baseline_runs.push_back(*all_on);
-      for (size_t i = 0; i < opts.size(); ++i) {
-        Result<double> tpot = tpot_of(opts[i].off(on));
-        if (!tpot.ok()) {
-          return InputOrRuntimeError(kCommand,
-                                     tpot.status().WithContext("--ablation: " + opts[i].name));
-        }
-        off_runs[i].push_back(*tpot);
-      }
-    }
-    group.SetForwardOptions(on.forward);
-    const auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-    };
-    baseline = median(baseline_runs);
+// --ablation: per optimization, TPOT with it off and the change against everything on.
+struct Ablation {
+  std::vector<AblationRow> rows;
+  std::vector<double> baseline_runs;  // everything on, one TPOT per round
+  double baseline = 0;                // their median
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// --ablation at the first batch size: rounds of runs -- everything on, then each optimization
+// off in turn -- and per configuration the median TPOT over the rounds. The rounds interleave
+// the configurations, so a drift of the machine (a VM's bandwidth moves over minutes) falls on
+// all of them alike.
+Result<Ablation> MeasureAblation(const Options& o, const Plan& plan, model::ModelGroup& group) {
+  const int64_t b = plan.batches.front();
+  const RunSwitches on{group.model().forward_options(), plan.config};
+  // Every run sets the forward's switches it needs on every rank; the last puts them back.
+  const auto tpot_of = [&](const RunSwitches& s) -> Result<double> {
+    group.SetForwardOptions(s.forward);
+    Result<RunResult> run =
+        RunBatch(group, ConfigFor(o, b, s.engine), b, o.input_len, o.output_len, o.seed);
+    if (!run.ok()) return run.status();
+    return run->tpot_ms;
+  };
+  const std::vector<Optimization> opts =
+      AblatableOptimizations(on, group.model().config(), group.size(), o.model.ep);
+  Ablation a;
+  std::vector<std::vector<double>> off_runs(opts.size());
+  for (int64_t round = 0; round < o.ablation_rounds; ++round) {
+    ASSIGN_OR_RETURN(const double all_on, tpot_of(on));
+    a.baseline_runs.push_back(all_on);
     for (size_t i = 0; i < opts.size(); ++i) {
-      const double tpot = median(off_runs[i]);
-      ablation.push_back({opts[i].name, opts[i].flag, tpot, 100.0 * (tpot / baseline - 1.0)});
+      Result<double> tpot = tpot_of(opts[i].off(on));
+      if (!tpot.ok()) return tpot.status().WithContext("--ablation: " + opts[i].name);
+      off_runs[i].push_back(*tpot);
     }
   }
+  group.SetForwardOptions(on.forward);
+  a.baseline = Median(a.baseline_runs);
+  for (size_t i = 0; i < opts.size(); ++i) {
+    const double tpot = Median(off_runs[i]);
+    a.rows.push_back({opts[i].name, opts[i].flag, tpot, 100.0 * (tpot / a.baseline - 1.0)});
+  }
+  return a;
+}
 
+// The tables on stdout: the machine, one row per batch size, the ablation.
+void PrintResults(const Options& o, const Plan& plan, const Ceilings& m,
+                  const model::ModelGroup& group, const std::vector<RunResult>& runs,
+                  const Ablation& ablation) {
+  const model::CausalLm& lm = group.model();
+  const io::ModelConfig& c = lm.config();
   fmt::print("model            {} ({} weights, SIMD {}, {} threads{})\n", c.architecture_name,
-             DTypeName(lm.weights().matrix_dtype), kernels::ActiveIsa(), threads_here,
-             group.size() > 1 ? fmt::format(", --tp {}{} over {}, {} per rank", group.size(),
-                                            o.model.ep ? " --ep" : "", o.model.comm,
-                                            lm.pool().num_threads())
-                              : std::string());
-  fmt::print("bytes per token  {:.1f} MB\n", stats.bytes_per_token * 1e-6);
-  fmt::print("bandwidth        {:.1f} GB/s (measured in this run)\n", bandwidth);
-  fmt::print("roofline         {:.1f} tokens/s (one sequence)\n", roofline);
-  fmt::print("f32 FMA peak     {:.1f} GFLOP/s (measured in this run; prefill counts {:.2f} GFLOP "
-             "per token)\n\n",
-             fma_peak, prefill_flops_per_token * 1e-9);
-  const engine::SpecConfig& spec = config.spec;
+             DTypeName(lm.weights().matrix_dtype), kernels::ActiveIsa(), m.threads_here,
+             group.size() > 1
+                 ? fmt::format(", --tp {}{} over {}, {} per rank", group.size(),
+                               o.model.ep ? " --ep" : "", o.model.comm, m.threads_per_rank)
+                 : std::string());
+  fmt::print("bytes per token  {:.1f} MB\n", m.stats.bytes_per_token * 1e-6);
+  fmt::print("bandwidth        {:.1f} GB/s (measured in this run)\n", m.bandwidth);
+  fmt::print("roofline         {:.1f} tokens/s (one sequence)\n", m.roofline);
+  fmt::print(
+      "f32 FMA peak     {:.1f} GFLOP/s (measured in this run; prefill counts {:.2f} GFLOP "
+      "per token)\n\n",
+      m.fma_peak, m.prefill_flops_per_token * 1e-9);
+  const engine::SpecConfig& spec = plan.config.spec;
   if (spec.enabled()) {
     fmt::print("speculative      {}{}\n", engine::SpecName(spec),
                spec.disable_batch_size > 0
@@ -385,9 +395,10 @@ int Run(const Options& o) {
   }
   const bool link = group.link() != nullptr;
   if (link) {
-    fmt::print("modelled link    {} (--comm-sim): per decode step, the link time of rank 0's "
-               "collectives, what of it was exposed, and of that the all-to-all's\n",
-               o.model.comm_sim);
+    fmt::print(
+        "modelled link    {} (--comm-sim): per decode step, the link time of rank 0's "
+        "collectives, what of it was exposed, and of that the all-to-all's\n",
+        o.model.comm_sim);
   }
   // Ranks: the MB of weights rank 0 prefetched per decode step while waiting (#12).
   const bool ranks = group.size() > 1;
@@ -400,17 +411,15 @@ int Run(const Options& o) {
     if (spec.enabled()) {
       std::vector<std::string> rates;
       for (int64_t n : r.spec.accepted_per_pos) {
-        rates.push_back(fmt::format("{:.3f}", r.spec.num_drafts > 0
-                                                  ? static_cast<double>(n) / r.spec.num_drafts
-                                                  : 0.0));
+        rates.push_back(fmt::format(
+            "{:.3f}", r.spec.num_drafts > 0 ? static_cast<double>(n) / r.spec.num_drafts : 0.0));
       }
-      acceptance = fmt::format("  {:>10.2f}  {}", r.spec.mean_acceptance_length(),
-                               fmt::join(rates, " "));
+      acceptance =
+          fmt::format("  {:>10.2f}  {}", r.spec.mean_acceptance_length(), fmt::join(rates, " "));
     }
-    const std::string link_columns =
-        link ? fmt::format(" {:>9.3f} {:>8.3f} {:>9.3f}", r.link_ms, r.link_exposed_ms,
-                           r.a2a_exposed_ms)
-             : "";
+    const std::string link_columns = link ? fmt::format(" {:>9.3f} {:>8.3f} {:>9.3f}", r.link_ms,
+                                                        r.link_exposed_ms, r.a2a_exposed_ms)
+                                          : "";
     fmt::print("{:>5} {:>6} {:>6} {:>12.1f} {:>7.1f}% {:>9.2f} {:>12.1f} {:>9.1f}%{}{}{}\n",
                r.batch_size, r.input_len, r.output_len, r.prefill_tok_s,
                100.0 * r.prefill_peak_ratio, r.tpot_ms, r.decode_tok_s, 100.0 * r.roofline_ratio,
@@ -427,85 +436,93 @@ int Run(const Options& o) {
     }
   }
   if (o.ablation) {
-    const auto [low, high] = std::minmax_element(baseline_runs.begin(), baseline_runs.end());
-    fmt::print("\nablation         batch {}, TPOT with each optimization off in turn, median of {} "
-               "interleaved rounds (everything on: {:.2f}-{:.2f} ms over the rounds)\n",
-               batches->front(), o.ablation_rounds, *low, *high);
+    const auto [low, high] =
+        std::minmax_element(ablation.baseline_runs.begin(), ablation.baseline_runs.end());
+    fmt::print(
+        "\nablation         batch {}, TPOT with each optimization off in turn, median of {} "
+        "interleaved rounds (everything on: {:.2f}-{:.2f} ms over the rounds)\n",
+        plan.batches.front(), o.ablation_rounds, *low, *high);
     fmt::print("{:<54} {:>9} {:>9}  {}\n", "optimization off", "TPOT ms", "change", "flag");
-    fmt::print("{:<54} {:>9.2f} {:>9}\n", "(none: everything on)", baseline, "");
-    for (const AblationRow& row : ablation) {
-      fmt::print("{:<54} {:>9.2f} {:>+8.1f}%  {}\n", row.optimization, row.tpot_ms,
-                 row.change_pct, row.flag);
+    fmt::print("{:<54} {:>9.2f} {:>9}\n", "(none: everything on)", ablation.baseline, "");
+    for (const AblationRow& row : ablation.rows) {
+      fmt::print("{:<54} {:>9.2f} {:>+8.1f}%  {}\n", row.optimization, row.tpot_ms, row.change_pct,
+                 row.flag);
     }
-    if (ablation.empty()) fmt::print("(no optimization of this configuration can be switched off)\n");
-  }
-  if (!o.json_file.empty() || !o.report_file.empty()) {
-    nlohmann::ordered_json j;
-    j["model"] = c.architecture_name;
-    j["cpu"] = CpuModelName();
-    j["isa"] = kernels::ActiveIsa();
-    j["isas_available"] = kernels::AvailableIsas();
-    j["weight_dtype"] = DTypeName(lm.weights().matrix_dtype);
-    j["threads"] = threads_here;
-    j["tp"] = group.size();
-    j["ep"] = o.model.ep;
-    j["comm"] = o.model.comm;
-    j["comm_sim"] = o.model.comm_sim;
-    j["mc2"] = !o.model.no_mc2;
-    j["mc2_max_tokens"] = o.model.mc2_max_tokens;
-    j["fused_allreduce_norm"] = !o.model.no_fused_allreduce_norm;
-    j["shared_expert_overlap"] = !o.model.no_shared_expert_overlap;
-    j["fused_gdn_step"] = !o.model.no_fused_gdn_step;
-    j["weight_prefetch"] = !o.model.no_weight_prefetch;
-    j["greedy_argmax"] = config.greedy_argmax;
-    j["bandwidth_gbs"] = bandwidth;
-    j["fma_peak_gflops"] = fma_peak;
-    j["bytes_per_token"] = stats.bytes_per_token;
-    j["runs"] = nlohmann::ordered_json::array();
-    for (const RunResult& r : runs) {
-      j["runs"].push_back({{"batch_size", r.batch_size},
-                           {"input_len", r.input_len},
-                           {"output_len", r.output_len},
-                           {"prefill_tok_s", r.prefill_tok_s},
-                           {"prefill_gflops", r.prefill_gflops},
-                           {"prefill_peak_ratio", r.prefill_peak_ratio},
-                           {"tpot_ms", r.tpot_ms},
-                           {"decode_tok_s", r.decode_tok_s},
-                           {"roofline_tok_s", r.roofline_tok_s},
-                           {"roofline_ratio", r.roofline_ratio},
-                           {"link_ms_per_step", r.link_ms},
-                           {"link_exposed_ms_per_step", r.link_exposed_ms},
-                           {"a2a_exposed_ms_per_step", r.a2a_exposed_ms},
-                           {"warmed_mb_per_step", r.warmed_mb},
-                           {"spec",
-                            {{"method", engine::SpecName(spec)},
-                             {"num_drafts", r.spec.num_drafts},
-                             {"num_draft_tokens", r.spec.num_draft_tokens},
-                             {"num_accepted_tokens", r.spec.num_accepted_tokens},
-                             {"num_accepted_tokens_per_pos", r.spec.accepted_per_pos},
-                             {"mean_acceptance_length", r.spec.mean_acceptance_length()}}}});
-    }
-    j["ablation"] = nlohmann::ordered_json::array();
-    for (const AblationRow& row : ablation) {
-      j["ablation"].push_back({{"optimization", row.optimization},
-                               {"flag", row.flag},
-                               {"tpot_ms", row.tpot_ms},
-                               {"change_pct", row.change_pct}});
-    }
-    if (o.ablation) j["ablation_baseline_tpot_ms"] = baseline_runs;
-    if (!o.json_file.empty()) {
-      if (Status s = WriteTextFile(o.json_file, j.dump(2) + "\n"); !s.ok()) {
-        return RuntimeError(kCommand, s);
-      }
-    }
-    if (!o.report_file.empty()) {
-      if (Status s = WriteTextFile(o.report_file, RenderLatencyReport(j)); !s.ok()) {
-        return RuntimeError(kCommand, s);
-      }
-      fmt::print("\nreport           {}\n", o.report_file);
+    if (ablation.rows.empty()) {
+      fmt::print("(no optimization of this configuration can be switched off)\n");
     }
   }
-  return 0;
+}
+
+// What --json writes and --report charts.
+nlohmann::ordered_json ResultsJson(const Options& o, const Plan& plan, const Ceilings& m,
+                                   const model::ModelGroup& group,
+                                   const std::vector<RunResult>& runs, const Ablation& ablation) {
+  const model::CausalLm& lm = group.model();
+  nlohmann::ordered_json j;
+  j["model"] = lm.config().architecture_name;
+  j["cpu"] = CpuModelName();
+  j["isa"] = kernels::ActiveIsa();
+  j["isas_available"] = kernels::AvailableIsas();
+  j["weight_dtype"] = DTypeName(lm.weights().matrix_dtype);
+  j["threads"] = m.threads_here;
+  j["tp"] = group.size();
+  j["ep"] = o.model.ep;
+  j["comm"] = o.model.comm;
+  j["comm_sim"] = o.model.comm_sim;
+  j["mc2"] = !o.model.no_mc2;
+  j["mc2_max_tokens"] = o.model.mc2_max_tokens;
+  j["fused_allreduce_norm"] = !o.model.no_fused_allreduce_norm;
+  j["shared_expert_overlap"] = !o.model.no_shared_expert_overlap;
+  j["fused_gdn_step"] = !o.model.no_fused_gdn_step;
+  j["weight_prefetch"] = !o.model.no_weight_prefetch;
+  j["greedy_argmax"] = plan.config.greedy_argmax;
+  j["bandwidth_gbs"] = m.bandwidth;
+  j["fma_peak_gflops"] = m.fma_peak;
+  j["bytes_per_token"] = m.stats.bytes_per_token;
+  j["runs"] = nlohmann::ordered_json::array();
+  for (const RunResult& r : runs) {
+    j["runs"].push_back({{"batch_size", r.batch_size},
+                         {"input_len", r.input_len},
+                         {"output_len", r.output_len},
+                         {"prefill_tok_s", r.prefill_tok_s},
+                         {"prefill_gflops", r.prefill_gflops},
+                         {"prefill_peak_ratio", r.prefill_peak_ratio},
+                         {"tpot_ms", r.tpot_ms},
+                         {"decode_tok_s", r.decode_tok_s},
+                         {"roofline_tok_s", r.roofline_tok_s},
+                         {"roofline_ratio", r.roofline_ratio},
+                         {"link_ms_per_step", r.link_ms},
+                         {"link_exposed_ms_per_step", r.link_exposed_ms},
+                         {"a2a_exposed_ms_per_step", r.a2a_exposed_ms},
+                         {"warmed_mb_per_step", r.warmed_mb},
+                         {"spec",
+                          {{"method", engine::SpecName(plan.config.spec)},
+                           {"num_drafts", r.spec.num_drafts},
+                           {"num_draft_tokens", r.spec.num_draft_tokens},
+                           {"num_accepted_tokens", r.spec.num_accepted_tokens},
+                           {"num_accepted_tokens_per_pos", r.spec.accepted_per_pos},
+                           {"mean_acceptance_length", r.spec.mean_acceptance_length()}}}});
+  }
+  j["ablation"] = nlohmann::ordered_json::array();
+  for (const AblationRow& row : ablation.rows) {
+    j["ablation"].push_back({{"optimization", row.optimization},
+                             {"flag", row.flag},
+                             {"tpot_ms", row.tpot_ms},
+                             {"change_pct", row.change_pct}});
+  }
+  if (o.ablation) j["ablation_baseline_tpot_ms"] = ablation.baseline_runs;
+  return j;
+}
+
+// --json and --report, when given.
+Status WriteResultFiles(const Options& o, const nlohmann::ordered_json& j) {
+  if (!o.json_file.empty()) RETURN_IF_ERROR(WriteTextFile(o.json_file, j.dump(2) + "\n"));
+  if (!o.report_file.empty()) {
+    RETURN_IF_ERROR(WriteTextFile(o.report_file, RenderLatencyReport(j)));
+    fmt::print("\nreport           {}\n", o.report_file);
+  }
+  return OkStatus();
 }
 
 // --turns: the conversation with the engine as configured and, when that caches prefixes, again
@@ -536,11 +553,11 @@ int RunTurns(const Options& o, model::ModelGroup& group, const engine::EngineCon
              compare ? fmt::format(" {:>16} {:>7}", "TTFT ms uncached", "ratio") : "");
   for (int64_t t = 0; t < o.turns; ++t) {
     const TurnResult& r = runs[0][t];
-    fmt::print("{:>4} {:>7} {:>7} {:>12.1f}{}\n", t + 1, r.prompt_tokens, r.cached_tokens,
-               r.ttft_ms,
-               compare ? fmt::format(" {:>16.1f} {:>7.3f}", runs[1][t].ttft_ms,
-                                     r.ttft_ms / runs[1][t].ttft_ms)
-                       : "");
+    fmt::print(
+        "{:>4} {:>7} {:>7} {:>12.1f}{}\n", t + 1, r.prompt_tokens, r.cached_tokens, r.ttft_ms,
+        compare
+            ? fmt::format(" {:>16.1f} {:>7.3f}", runs[1][t].ttft_ms, r.ttft_ms / runs[1][t].ttft_ms)
+            : "");
   }
   if (!o.json_file.empty()) {
     nlohmann::ordered_json j;
@@ -561,7 +578,41 @@ int RunTurns(const Options& o, model::ModelGroup& group, const engine::EngineCon
   return 0;
 }
 
-int RunLatency(const std::vector<std::string>& args) {
+int Run(const Options& o) {
+  Result<Plan> plan = CheckFlags(o);
+  if (!plan.ok()) return UsageError(kCommand, plan.status());
+  LoadedModel loaded = LoadOrFollow(o.model, kCommand);
+  if (loaded.group == nullptr) return loaded.exit_code;
+  model::ModelGroup& group = *loaded.group;
+  const int64_t max_positions = group.model().config().max_position_embeddings;
+  if (plan->request_len > max_positions) {
+    return UsageError(kCommand, InvalidArgument("input + output length exceeds the model's "
+                                                "max_position_embeddings {}",
+                                                max_positions));
+  }
+  const Ceilings m = MeasureCeilings(o, group);
+  if (o.turns > 1) {
+    return RunTurns(o, group, ConfigFor(o, 1, plan->config), m.roofline, m.bandwidth);
+  }
+  Result<std::vector<RunResult>> runs = MeasureBatches(o, *plan, m, group);
+  if (!runs.ok()) return InputOrRuntimeError(kCommand, runs.status());
+  Ablation ablation;
+  if (o.ablation) {
+    Result<Ablation> measured = MeasureAblation(o, *plan, group);
+    if (!measured.ok()) return InputOrRuntimeError(kCommand, measured.status());
+    ablation = std::move(*measured);
+  }
+  PrintResults(o, *plan, m, group, *runs, ablation);
+  if (!o.json_file.empty() || !o.report_file.empty()) {
+    const nlohmann::ordered_json j = ResultsJson(o, *plan, m, group, *runs, ablation);
+    if (Status s = WriteResultFiles(o, j); !s.ok()) return RuntimeError(kCommand, s);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RunBenchLatency(const std::vector<std::string>& args) {
   Options o;
   FlagSet flags(
       "moeserve bench latency",
@@ -591,23 +642,6 @@ int RunLatency(const std::vector<std::string>& args) {
   if (std::optional<int> exit_code = ParseFlags(flags, args, kCommand)) return *exit_code;
   o.max_num_seqs_given = flags.WasSet("max-num-seqs");
   return Run(o);
-}
-
-}  // namespace
-
-int RunBench(const std::vector<std::string>& args) {
-  if (!args.empty() && args[0] == "latency") {
-    return RunLatency(std::vector<std::string>(args.begin() + 1, args.end()));
-  }
-  if (!args.empty() && args[0] == "serve") {
-    return RunBenchServe(std::vector<std::string>(args.begin() + 1, args.end()));
-  }
-  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
-    std::puts("usage: moeserve bench latency|serve [flags]   (see --help of each)");
-    return 0;
-  }
-  return UsageError("bench", InvalidArgument("expected 'bench latency' or 'bench serve' (got '{}')",
-                                             args.empty() ? "" : args[0]));
 }
 
 }  // namespace moeserve::cli

@@ -440,17 +440,12 @@ int Run(const Options& o, const FlagSet& flags) {
     }
   }
 
-  if (Status s = o.model.CheckParallel(); !s.ok()) return UsageError(kCommand, s);
-  Result<std::unique_ptr<model::ModelGroup>> loaded = o.model.LoadGroup();
-  if (!loaded.ok()) return RuntimeError(kCommand, loaded.status());
-  if (!(*loaded)->leader()) {  // an MPI rank other than 0: rank 0 drives it
-    (*loaded)->Follow();
-    return 0;
-  }
+  LoadedModel loaded = LoadOrFollow(o.model, kCommand);
+  if (loaded.group == nullptr) return loaded.exit_code;
   engine::EngineConfig config = o.engine.ToConfig();
   // One conversation, one request at a time: a cache for one full-length request, not 64.
   if (!flags.WasSet("max-num-seqs")) config.max_num_seqs = 1;
-  Result<std::unique_ptr<engine::Engine>> engine = CreateEngine(**loaded, config);
+  Result<std::unique_ptr<engine::Engine>> engine = CreateEngine(*loaded.group, config);
   if (!engine.ok()) return UsageError(kCommand, engine.status());
 
   const bool tty = isatty(STDIN_FILENO) == 1;
@@ -500,8 +495,8 @@ int RunChat(const std::vector<std::string>& args) {
   FlagSet flags(
       "moeserve chat",
       "Interactive chat in the terminal: each message and the conversation so far go\n"
-      "through the chat template (re-rendered each turn; hybrid models recompute it, having\n"
-      "no prefix cache) and the engine, the answer streamed as it is generated.\n"
+      "through the chat template (re-rendered each turn; the prefix cache gives back what\n"
+      "the last turn computed) and the engine, the answer streamed as it is generated.\n"
       "Input: end a line with \\ to continue on the next, or put lines between two lines\n"
       "that are exactly \"\"\". Commands: /reset (new conversation, --system kept), /exit\n"
       "(or EOF: exit 0), /help; a message starting with / is written //.\n"

@@ -2,8 +2,11 @@
 // process exit code: 0 success, 1 runtime failure, 2 usage error (CLI.md).
 #pragma once
 
+#include <functional>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli/flags.h"
@@ -16,18 +19,41 @@ int RunInspect(const std::vector<std::string>& args);
 int RunLogits(const std::vector<std::string>& args);
 int RunGenerate(const std::vector<std::string>& args);
 int RunServe(const std::vector<std::string>& args);
-int RunBench(const std::vector<std::string>& args);
-int RunBenchServe(const std::vector<std::string>& args);  // bench serve
+int RunBench(const std::vector<std::string>& args);  // bench latency | serve
+int RunBenchLatency(const std::vector<std::string>& args);
+int RunBenchServe(const std::vector<std::string>& args);
 int RunChat(const std::vector<std::string>& args);
 int RunTrainTokenizer(const std::vector<std::string>& args);
 int RunTokenize(const std::vector<std::string>& args);
 int RunDetokenize(const std::vector<std::string>& args);
 
+// One subcommand, as `moeserve --help` lists it and docs/cli.md documents it.
+struct Subcommand {
+  std::string_view name;     // the words after "moeserve": "generate", "bench latency"
+  std::string_view summary;  // one line
+  int (*run)(const std::vector<std::string>& args);  // given the words after the name
+  // A group's subcommands ("bench": "bench latency", "bench serve"); its run picks one of them.
+  std::span<const Subcommand> children = {};
+};
+
+// The subcommands main() dispatches on, in the order --help lists them.
+std::span<const Subcommand> Subcommands();
+
+// `moeserve --help`: the subcommands, a group's children in its place.
+std::string Usage();
+
+// The flags `run` registers, without running it: it is called with no arguments, and ParseFlags,
+// instead of parsing, hands `describe` the subcommand's FlagSet and returns 0 (as after --help).
+void DescribeFlags(int (*run)(const std::vector<std::string>&),
+                   const std::function<void(const FlagSet&)>& describe);
+
 // The model folder used when --model is omitted: $MOESERVE_MODEL, else the build's default.
 std::string DefaultModelDir();
 
 // Parses a subcommand's flags. Returns the exit code when the command should stop here: 0 after
-// printing --help, 2 after printing a usage error; nullopt to go on.
+// printing --help, 2 after printing a usage error; nullopt to go on. Every subcommand calls it
+// once its flags are registered and before any work, and returns what it returns: DescribeFlags
+// relies on that.
 std::optional<int> ParseFlags(FlagSet& flags, const std::vector<std::string>& args,
                               const std::string& command);
 

@@ -101,14 +101,22 @@ Status FlagSet::Parse(const std::vector<std::string>& args) {
   return OkStatus();
 }
 
-std::string FlagSet::Help() const {
-  std::string out = fmt::format("usage: {} [flags]\n\n{}\n\nflags:\n", command_, summary_);
+std::vector<FlagSet::Doc> FlagSet::Docs() const {
+  std::vector<Doc> docs;
   for (const Flag& f : flags_) {
     const char* value = f.type == Type::kBool     ? ""
-                        : f.type == Type::kString ? " TEXT"
-                        : f.type == Type::kInt    ? " N"
-                                                  : " X";
-    std::string left = fmt::format("  --{}{}", f.name, value);
+                        : f.type == Type::kString ? "TEXT"
+                        : f.type == Type::kInt    ? "N"
+                                                  : "X";
+    docs.push_back({f.name, value, f.help, f.default_text});
+  }
+  return docs;
+}
+
+std::string FlagSet::Help() const {
+  std::string out = fmt::format("usage: {} [flags]\n\n{}\n\nflags:\n", command_, summary_);
+  for (const Doc& f : Docs()) {
+    std::string left = fmt::format("  --{}{}{}", f.name, f.value.empty() ? "" : " ", f.value);
     std::string line = fmt::format("{:<28} {}", left, f.help);
     if (!f.default_text.empty()) line += fmt::format(" (default: {})", f.default_text);
     out += line + "\n";

@@ -29,6 +29,16 @@ class FlagSet {
   bool WasSet(const std::string& name) const;
   std::string Help() const;
 
+  // What Help() lists of one flag, and docs/cli.md too (cli_reference.h).
+  struct Doc {
+    std::string name;   // "max-tokens"
+    std::string value;  // "" (a switch), "TEXT", "N" (an integer) or "X" (a number)
+    std::string help;
+    std::string default_text;  // "" when the default is empty or the flag is a switch
+  };
+  std::vector<Doc> Docs() const;  // in registration order
+  const std::string& summary() const { return summary_; }
+
  private:
   enum class Type { kString, kInt, kDouble, kBool };
   struct Flag {

@@ -356,14 +356,9 @@ int Run(const Options& o, const engine::SamplingParams& defaults) {
   int64_t num_requests = 0;  // engine requests: a request's n choices each
   for (const RequestSpec& spec : specs) num_requests += spec.params.n;
 
-  if (Status s = o.model.CheckParallel(); !s.ok()) return UsageError(kCommand, s);
-  Result<std::unique_ptr<model::ModelGroup>> loaded = o.model.LoadGroup();
-  if (!loaded.ok()) return RuntimeError(kCommand, loaded.status());
-  model::ModelGroup& group = **loaded;
-  if (!group.leader()) {  // an MPI rank other than 0: rank 0 drives it
-    group.Follow();
-    return 0;
-  }
+  LoadedModel loaded = LoadOrFollow(o.model, kCommand);
+  if (loaded.group == nullptr) return loaded.exit_code;
+  model::ModelGroup& group = *loaded.group;
   model::CausalLm& lm = group.model();
   // A config the model rejects (--max-model-len past the model's, a KV cache too small for one
   // request) is the user's flags.

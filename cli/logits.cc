@@ -30,14 +30,9 @@ int Run(const Options& o) {
   if (o.token_ids.empty()) return UsageError(kCommand, InvalidArgument("--token-ids is required"));
   if (o.out.empty()) return UsageError(kCommand, InvalidArgument("--out is required"));
   if (Status s = o.model.Validate(); !s.ok()) return UsageError(kCommand, s);
-  if (Status s = o.model.CheckParallel(); !s.ok()) return UsageError(kCommand, s);
-  Result<std::unique_ptr<model::ModelGroup>> loaded = o.model.LoadGroup();
-  if (!loaded.ok()) return RuntimeError(kCommand, loaded.status());
-  model::ModelGroup& group = **loaded;
-  if (!group.leader()) {  // an MPI rank other than 0: rank 0 drives it
-    group.Follow();
-    return 0;
-  }
+  LoadedModel loaded = LoadOrFollow(o.model, kCommand);
+  if (loaded.group == nullptr) return loaded.exit_code;
+  model::ModelGroup& group = *loaded.group;
   model::CausalLm& lm = group.model();
   const io::ModelConfig& c = lm.config();
   Result<std::vector<int32_t>> parsed = ParseTokenIds(o.token_ids, c.vocab_size);
@@ -59,14 +54,15 @@ int Run(const Options& o) {
   group.CreateCache(sizes);
   group.Reserve(T, T);
   group.ResetSlot(0);
-  std::vector<int32_t> table(sizes.num_blocks), seq_of(T, 0), query_start{0, static_cast<int32_t>(T)};
+  std::vector<int32_t> table(sizes.num_blocks), seq_of(T, 0),
+      query_start{0, static_cast<int32_t>(T)};
   std::iota(table.begin(), table.end(), 0);
   std::vector<int64_t> positions(T);
   std::iota(positions.begin(), positions.end(), 0);
   const int32_t* tables[] = {table.data()};
   const int32_t slot = 0;
-  const model::TokenBatch batch{T, tokens.data(), positions.data(), seq_of.data(), 1,
-                                query_start.data(), tables, &slot};
+  const model::TokenBatch batch{T, tokens.data(),      positions.data(), seq_of.data(),
+                                1, query_start.data(), tables,           &slot};
   std::vector<int32_t> rows;
   for (int64_t t = o.all_positions ? 0 : T - 1; t < T; ++t) rows.push_back(static_cast<int32_t>(t));
   const int64_t R = static_cast<int64_t>(rows.size());
@@ -82,8 +78,8 @@ int Run(const Options& o) {
     std::vector<int32_t> next(tokens.begin() + 1, tokens.end());
     next.push_back(Argmax(logits.data() + logits.size() - V, V));
     if (dump) dump->set_prefix("mtp.");
-    const model::TokenBatch mtp_batch{T, next.data(), positions.data(), seq_of.data(), 1,
-                                      query_start.data(), tables, &slot};
+    const model::TokenBatch mtp_batch{T, next.data(),        positions.data(), seq_of.data(),
+                                      1, query_start.data(), tables,           &slot};
     group.MtpForwardBatch(mtp_batch, hidden.data(), rows.data(), R, model::LogitsMode::kFull);
     s = WriteF32File(o.out + ".mtp", lm.mtp_logits(), R * V);
     if (!s.ok()) return RuntimeError(kCommand, s);

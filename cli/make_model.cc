@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/make_model_corpus.h"
+#include "core/check.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
@@ -35,129 +36,110 @@ constexpr char kCommand[] = "make-model";
 
 // ---- Presets ----
 
-enum class Preset { kTiny, kSmall, kBench };
+// What the shapes of a preset depend on: the hybrid models have GDN layers and a shared expert,
+// qwen3_moe routed experts only, the dense ones neither.
+enum class Family { kHybrid, kMoe, kDense };
 
-// The shapes of each (architecture, preset). tiny: a few MB, for tests (the hybrid one has the
-// shapes of testdata/tiny-qwen3next). small: ~100 M parameters, the demo model. bench:
-// per-layer shapes of the real models (Qwen3-Next / Qwen3.5-35B-A3B: hidden 2048, 16 q heads x 256,
-// GDN 16 k / 32 v heads x 128, experts of width 512) with 8 layers and 32 experts top-8.
-ModelConfig PresetConfig(Architecture arch, Preset preset) {
-  ModelConfig c;
-  c.architecture = arch;
-  const bool hybrid = arch == Architecture::kQwen3Next || arch == Architecture::kQwen3_5Moe;
-  const bool moe = arch != Architecture::kQwen3 && arch != Architecture::kLlama;
-  switch (arch) {
-    case Architecture::kQwen3Next:
-      c.architecture_name = "Qwen3NextForCausalLM";
-      c.model_type = "qwen3_next";
-      break;
-    case Architecture::kQwen3_5Moe:
-      c.architecture_name = "Qwen3_5MoeForConditionalGeneration";
-      c.model_type = "qwen3_5_moe_text";
-      break;
-    case Architecture::kQwen3Moe:
-      c.architecture_name = "Qwen3MoeForCausalLM";
-      c.model_type = "qwen3_moe";
-      break;
-    case Architecture::kQwen3:
-      c.architecture_name = "Qwen3ForCausalLM";
-      c.model_type = "qwen3";
-      break;
-    case Architecture::kLlama:
-      c.architecture_name = "LlamaForCausalLM";
-      c.model_type = "llama";
-      break;
+struct ArchitectureTraits {
+  Architecture arch;
+  const char* architecture_name;  // config.json "architectures"
+  const char* model_type;
+  Family family;
+  double rope_theta;
+};
+
+constexpr ArchitectureTraits kArchitectures[] = {
+    {Architecture::kQwen3Next, "Qwen3NextForCausalLM", "qwen3_next", Family::kHybrid, 1e7},
+    {Architecture::kQwen3_5Moe, "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe_text",
+     Family::kHybrid, 1e7},
+    {Architecture::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe", Family::kMoe, 1e6},
+    {Architecture::kQwen3, "Qwen3ForCausalLM", "qwen3", Family::kDense, 1e6},
+    {Architecture::kLlama, "LlamaForCausalLM", "llama", Family::kDense, 5e5},
+};
+
+// The shapes of one preset for one family; 0 where the family has no such part.
+struct PresetShapes {
+  const char* preset;
+  Family family;
+  int64_t vocab, hidden, layers;
+  int64_t heads, kv_heads, head_dim;               // full attention
+  int64_t gdn_k_heads, gdn_v_heads, gdn_head_dim;  // Gated DeltaNet (key and value heads alike)
+  int64_t mlp_width;                               // dense MLP (intermediate_size)
+  int64_t experts, top_k, expert_width, shared_expert_width;
+  int64_t max_positions;
+};
+
+// tiny: a few MB, for tests (the hybrid row has the shapes of testdata/tiny-qwen3next). small:
+// ~100 M parameters, the demo model. bench: per-layer shapes of the real models with 8 layers and
+// 32 experts top-8 -- hybrid: Qwen3-Next / Qwen3.5-35B-A3B (16 q heads x 256, GDN 16 k / 32 v
+// heads x 128, experts of width 512); moe: Qwen3-30B-A3B; dense: Qwen3-1.7B.
+// Columns as PresetShapes: preset, family, vocab, hidden, layers | attention heads, KV heads,
+// head dim | GDN key heads, value heads, head dim | MLP width | experts, top-k, expert width,
+// shared expert width | max positions.
+using enum Family;
+// clang-format off
+constexpr PresetShapes kPresets[] = {
+    {"tiny",  kHybrid, 512,   256,  4,  4,  2, 64,  2,  4,  64,  512,  8,  2, 128, 128, 4096},
+    {"tiny",  kMoe,    512,   256,  4,  4,  2, 64,  0,  0,  0,   512,  8,  2, 128, 0,   4096},
+    {"tiny",  kDense,  512,   256,  4,  4,  2, 64,  0,  0,  0,   512,  0,  0, 0,   0,   4096},
+    {"small", kHybrid, 8192,  768,  8,  8,  2, 128, 4,  8,  128, 2048, 16, 4, 192, 512, 32768},
+    {"small", kMoe,    8192,  768,  8,  12, 4, 64,  0,  0,  0,   2048, 16, 4, 256, 0,   32768},
+    {"small", kDense,  8192,  768,  14, 12, 4, 64,  0,  0,  0,   2048, 0,  0, 0,   0,   32768},
+    {"bench", kHybrid, 32768, 2048, 8,  16, 2, 256, 16, 32, 128, 6144, 32, 8, 512, 512, 32768},
+    {"bench", kMoe,    32768, 2048, 8,  32, 4, 128, 0,  0,  0,   6144, 32, 8, 768, 0,   32768},
+    {"bench", kDense,  32768, 2048, 8,  16, 8, 128, 0,  0,  0,   6144, 0,  0, 0,   0,   32768},
+};
+// clang-format on
+
+// The shapes of `preset` for the family, or null when no preset has that name.
+const PresetShapes* FindPreset(const std::string& preset, Family family) {
+  for (const PresetShapes& p : kPresets) {
+    if (p.preset == preset && p.family == family) return &p;
   }
+  return nullptr;
+}
+
+const ArchitectureTraits& TraitsOf(Architecture arch) {
+  for (const ArchitectureTraits& t : kArchitectures) {
+    if (t.arch == arch) return t;
+  }
+  CHECK(false) << "no traits for architecture " << static_cast<int>(arch);
+  return kArchitectures[0];
+}
+
+ModelConfig PresetConfig(const ArchitectureTraits& traits, const PresetShapes& p) {
+  const bool hybrid = traits.family == Family::kHybrid;
+  ModelConfig c;
+  c.architecture = traits.arch;
+  c.architecture_name = traits.architecture_name;
+  c.model_type = traits.model_type;
   c.one_centered_norm = hybrid;
   c.attn_output_gate = hybrid;
-  c.qk_norm = arch != Architecture::kLlama;
-  c.rope_theta = hybrid ? 1e7 : arch == Architecture::kLlama ? 5e5 : 1e6;
+  c.qk_norm = traits.arch != Architecture::kLlama;
+  c.rope_theta = traits.rope_theta;
   c.partial_rotary_factor = hybrid ? 0.25 : 1.0;
   c.torch_dtype = "bfloat16";
   c.norm_topk_prob = true;
-  c.max_position_embeddings = 32768;
-
-  switch (preset) {
-    case Preset::kTiny:
-      c.vocab_size = 512;
-      c.hidden_size = 256;
-      c.num_hidden_layers = 4;
-      c.num_attention_heads = 4;
-      c.num_key_value_heads = 2;
-      c.head_dim = 64;
-      c.intermediate_size = 512;
-      c.linear_num_key_heads = 2;
-      c.linear_num_value_heads = 4;
-      c.linear_key_head_dim = c.linear_value_head_dim = 64;
-      c.num_experts = 8;
-      c.num_experts_per_tok = 2;
-      c.moe_intermediate_size = 128;
-      c.shared_expert_intermediate_size = 128;
-      c.max_position_embeddings = 4096;
-      break;
-    case Preset::kSmall:
-      c.vocab_size = 8192;
-      c.hidden_size = 768;
-      c.intermediate_size = 2048;
-      if (hybrid) {
-        c.num_hidden_layers = 8;
-        c.num_attention_heads = 8;
-        c.num_key_value_heads = 2;
-        c.head_dim = 128;
-        c.linear_num_key_heads = 4;
-        c.linear_num_value_heads = 8;
-        c.linear_key_head_dim = c.linear_value_head_dim = 128;
-        c.num_experts = 16;
-        c.num_experts_per_tok = 4;
-        c.moe_intermediate_size = 192;
-        c.shared_expert_intermediate_size = 512;
-      } else {
-        c.num_hidden_layers = moe ? 8 : 14;
-        c.num_attention_heads = 12;
-        c.num_key_value_heads = 4;
-        c.head_dim = 64;
-        c.num_experts = 16;
-        c.num_experts_per_tok = 4;
-        c.moe_intermediate_size = 256;
-      }
-      break;
-    case Preset::kBench:
-      c.vocab_size = 32768;
-      c.hidden_size = 2048;
-      c.num_hidden_layers = 8;
-      c.intermediate_size = 6144;
-      c.num_experts = 32;
-      c.num_experts_per_tok = 8;
-      if (hybrid) {
-        c.num_attention_heads = 16;
-        c.num_key_value_heads = 2;
-        c.head_dim = 256;
-        c.linear_num_key_heads = 16;
-        c.linear_num_value_heads = 32;
-        c.linear_key_head_dim = c.linear_value_head_dim = 128;
-        c.moe_intermediate_size = 512;
-        c.shared_expert_intermediate_size = 512;
-      } else if (moe) {  // Qwen3-30B-A3B per-layer shapes
-        c.num_attention_heads = 32;
-        c.num_key_value_heads = 4;
-        c.head_dim = 128;
-        c.moe_intermediate_size = 768;
-      } else {  // Qwen3-1.7B per-layer shapes
-        c.num_attention_heads = 16;
-        c.num_key_value_heads = 8;
-        c.head_dim = 128;
-      }
-      break;
-  }
+  c.max_position_embeddings = p.max_positions;
+  c.vocab_size = p.vocab;
+  c.hidden_size = p.hidden;
+  c.num_hidden_layers = p.layers;
+  c.num_attention_heads = p.heads;
+  c.num_key_value_heads = p.kv_heads;
+  c.head_dim = p.head_dim;
+  c.linear_num_key_heads = p.gdn_k_heads;
+  c.linear_num_value_heads = p.gdn_v_heads;
+  c.linear_key_head_dim = c.linear_value_head_dim = p.gdn_head_dim;
+  c.intermediate_size = p.mlp_width;
+  c.num_experts = p.experts;
+  c.num_experts_per_tok = p.top_k;
+  c.moe_intermediate_size = p.expert_width;
+  c.shared_expert_intermediate_size = p.shared_expert_width;
   if (hybrid) {
     c.linear_conv_kernel_dim = 4;
     c.full_attention_interval = 4;
     c.num_mtp_layers = 1;
   }
-  if (!moe) {
-    c.num_experts = c.num_experts_per_tok = c.moe_intermediate_size = 0;
-  }
-  if (!hybrid) c.shared_expert_intermediate_size = 0;
   return c;
 }
 
@@ -312,17 +294,12 @@ Result<ModelConfig> BuildConfig(const Options& o, const FlagSet& flags) {
         "llama",
         o.arch);
   }
-  Preset preset;
-  if (o.preset == "tiny") {
-    preset = Preset::kTiny;
-  } else if (o.preset == "small") {
-    preset = Preset::kSmall;
-  } else if (o.preset == "bench") {
-    preset = Preset::kBench;
-  } else {
+  const ArchitectureTraits& traits = TraitsOf(arch);
+  const PresetShapes* preset = FindPreset(o.preset, traits.family);
+  if (preset == nullptr) {
     return InvalidArgument("--preset: '{}' is not one of tiny, small, bench", o.preset);
   }
-  ModelConfig c = PresetConfig(arch, preset);
+  ModelConfig c = PresetConfig(traits, *preset);
   auto override_positive = [&](const char* flag, int64_t value, int64_t* field) -> Status {
     if (!flags.WasSet(flag)) return OkStatus();
     if (value <= 0) return InvalidArgument("--{}: must be positive (got {})", flag, value);
@@ -469,8 +446,10 @@ int RunMakeModel(const std::vector<std::string>& args) {
   Options o;
   FlagSet flags(
       "moeserve make-model",
-      "Writes a Hugging Face model folder (config.json, model.safetensors, tokenizer.json,\n"
-      "tokenizer_config.json) with random weights, deterministic for a seed.");
+      "Writes a Hugging Face model folder (config.json, generation_config.json, safetensors\n"
+      "weights, tokenizer.json, tokenizer_config.json with a ChatML template) with random\n"
+      "weights and a byte-level BPE tokenizer trained on an embedded corpus, deterministic for\n"
+      "a seed.");
   flags.String("arch", &o.arch, "qwen3_next | qwen3_5_moe | qwen3_moe | qwen3 | llama");
   flags.String("preset", &o.preset, "tiny (a few MB) | small (~100 M params) | bench (~1.2 B)");
   flags.String("out", &o.out, "output folder (created if absent)");

@@ -1,10 +1,12 @@
 #include "cli/model_flags.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
 #include <thread>
-
 
 #include "cli/commands.h"
 #include "core/log.h"
@@ -68,7 +70,8 @@ Status ModelFlags::Validate() const {
   }
   if (threads < 0) return InvalidArgument("--threads: must not be negative");
   if (!isa.empty()) {
-    if (Status s = kernels::SelectIsa(isa); !s.ok()) return InvalidArgument("--isa: {}", s.message());
+    if (Status s = kernels::SelectIsa(isa); !s.ok())
+      return InvalidArgument("--isa: {}", s.message());
   }
   if (!trace.empty()) RETURN_IF_ERROR(CheckWritableFile("--trace", trace));
   if (tp < 1 || tp > 1024) return InvalidArgument("--tp: {} is outside [1, 1024]", tp);
@@ -166,14 +169,33 @@ Result<std::unique_ptr<model::ModelGroup>> ModelFlags::LoadGroup() const {
   ASSIGN_OR_RETURN(std::unique_ptr<model::ModelGroup> group,
                    model::ModelGroup::Load(dir, options, parallel));
   const model::CausalLm& lm = group->model();
-  LogDebug("loaded {} ({}, {} weights, --tp {}{}, {} threads per rank, SIMD {}) in {:.2f} s",
-           dir, lm.config().architecture_name, DTypeName(lm.weights().matrix_dtype), tp,
+  LogDebug("loaded {} ({}, {} weights, --tp {}{}, {} threads per rank, SIMD {}) in {:.2f} s", dir,
+           lm.config().architecture_name, DTypeName(lm.weights().matrix_dtype), tp,
            ep ? " --ep" : "", options.threads, kernels::ActiveIsa(), watch.ElapsedSeconds());
   if (!trace.empty()) {
     trace::SetProcessRank(group->rank());
     trace::Start(trace);
   }
   return group;
+}
+
+LoadedModel LoadOrFollow(const ModelFlags& flags, const std::string& command,
+                         FollowerSignals signals) {
+  if (Status s = flags.CheckParallel(); !s.ok()) return {nullptr, UsageError(command, s)};
+  Result<std::unique_ptr<model::ModelGroup>> loaded = flags.LoadGroup();
+  if (!loaded.ok()) return {nullptr, RuntimeError(command, loaded.status())};
+  if (!(*loaded)->leader()) {  // an MPI rank other than 0: rank 0 drives it
+    if (signals == FollowerSignals::kBlock) {
+      sigset_t stop_signals;
+      sigemptyset(&stop_signals);
+      sigaddset(&stop_signals, SIGINT);
+      sigaddset(&stop_signals, SIGTERM);
+      pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+    }
+    (*loaded)->Follow();
+    return {nullptr, 0};
+  }
+  return {std::move(*loaded), 0};
 }
 
 namespace {

@@ -1,5 +1,5 @@
-// Flags shared by the subcommands that run a model (logits, generate, bench latency), and the
-// loading they drive.
+// Flags shared by the subcommands that run a model (logits, generate, chat, serve, bench latency),
+// and the loading they drive.
 #pragma once
 
 #include <cstdint>
@@ -15,11 +15,11 @@
 namespace moeserve::cli {
 
 struct ModelFlags {
-  std::string model;         // "" = the default model
-  std::string weight_dtype;  // "" = as the checkpoint
-  int64_t threads = 0;       // per rank; 0 = the cores divided among this machine's ranks
-  int64_t tp = 1;            // --tp: tensor-parallel ranks
-  bool ep = false;           // --ep: experts split whole across the ranks
+  std::string model;           // "" = the default model
+  std::string weight_dtype;    // "" = as the checkpoint
+  int64_t threads = 0;         // per rank; 0 = the cores divided among this machine's ranks
+  int64_t tp = 1;              // --tp: tensor-parallel ranks
+  bool ep = false;             // --ep: experts split whole across the ranks
   std::string comm = "local";  // --comm local | mpi
   std::string comm_sim;        // --comm-sim LATENCY_US,GBPS ("" = none)
   std::string trace;           // --trace FILE: Chrome-trace JSON of every step ("" = none)
@@ -49,6 +49,27 @@ struct ModelFlags {
   // Ranks sharing this machine's cores: --tp under local, mpirun's per-node count under mpi.
   int64_t RanksOnThisMachine() const;
 };
+
+// What an MPI rank other than 0 does with SIGINT / SIGTERM while it follows rank 0.
+enum class FollowerSignals {
+  kDefault,  // they end it, as they end rank 0 (mpirun forwards them to every rank)
+  kBlock,    // blocked: the rank outlasts rank 0's graceful shutdown and is stopped by it (serve)
+};
+
+// What LoadOrFollow leaves the command: the group this process drives, or, when it is null, the
+// code the command exits with at once.
+struct LoadedModel {
+  std::unique_ptr<model::ModelGroup> group;
+  int exit_code = 0;
+};
+
+// The load every command that runs the model starts with (after its flags are validated):
+//   CheckParallel fails       -> exit 2, "moeserve <command>: <message>" (a usage error);
+//   LoadGroup fails           -> exit 1, the same line (a runtime failure);
+//   an MPI rank other than 0  -> Follow()s rank 0's steps until rank 0 stops them, exit 0;
+//   rank 0 or a local run     -> the group, to drive.
+LoadedModel LoadOrFollow(const ModelFlags& flags, const std::string& command,
+                         FollowerSignals signals = FollowerSignals::kDefault);
 
 // The cache of one sequence for the subcommands that run a single prompt: enough KV blocks for
 // max_positions, an identity block table, GDN state slot 0 zeroed.

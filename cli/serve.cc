@@ -76,23 +76,15 @@ int Run(const Options& o) {
   }
   // Under mpirun every process loads its rank first: only rank 0 serves HTTP, the others follow
   // the steps it broadcasts.
+  // mpirun forwards SIGTERM / SIGINT to every rank: the others outlast them, stopped by rank 0
+  // once it has shut down. A local run loads once the port is bound.
   std::unique_ptr<model::ModelGroup> mpi_group;
-  if (Status s = o.model.CheckParallel(); !s.ok()) return UsageError(kCommand, s);
   if (o.model.mpi()) {
-    Result<std::unique_ptr<model::ModelGroup>> loaded = o.model.LoadGroup();
-    if (!loaded.ok()) return RuntimeError(kCommand, loaded.status());
-    mpi_group = std::move(*loaded);
-    if (!mpi_group->leader()) {
-      // mpirun forwards SIGTERM / SIGINT to every rank: the others outlast them, stopped by
-      // rank 0 once it has shut down.
-      sigset_t stop_signals;
-      sigemptyset(&stop_signals);
-      sigaddset(&stop_signals, SIGINT);
-      sigaddset(&stop_signals, SIGTERM);
-      pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-      mpi_group->Follow();
-      return 0;
-    }
+    LoadedModel loaded = LoadOrFollow(o.model, kCommand, FollowerSignals::kBlock);
+    if (loaded.group == nullptr) return loaded.exit_code;
+    mpi_group = std::move(loaded.group);
+  } else if (Status s = o.model.CheckParallel(); !s.ok()) {
+    return UsageError(kCommand, s);
   }
   Result<std::string> dir = o.model.Dir();
   if (!dir.ok()) return RuntimeError(kCommand, dir.status());
@@ -163,8 +155,8 @@ int Run(const Options& o) {
   server::HttpServer http(options, **tok, std::move(*chat));
   if (Status s = http.Bind(); !s.ok()) return RuntimeError(kCommand, s);
   std::thread listener([&] { http.Listen(); });
-  LogInfo("serve: listening on http://{}:{} (model \"{}\"{}), loading the model", o.host, http.port(),
-          options.served_model_name, options.ui ? ", chat page at /" : "");
+  LogInfo("serve: listening on http://{}:{} (model \"{}\"{}), loading the model", o.host,
+          http.port(), options.served_model_name, options.ui ? ", chat page at /" : "");
 
   // From here on a failure must stop the listener before returning.
   const auto fail = [&](int code) {
