@@ -1,4 +1,4 @@
-// vLLM's RandomDataset (vllm/benchmarks/datasets.py; spec/serving.md §6): synthetic prompts of
+// vLLM's RandomDataset (vllm/benchmarks/datasets.py; docs/spec/serving.md §6): synthetic prompts of
 // controlled token lengths for `bench serve`.
 //
 //   input_len  ~ U[floor(L_in (1-r)), ceil(L_in (1+r))]   (L_in less the ids the tokenizer adds)

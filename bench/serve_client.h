@@ -1,6 +1,6 @@
 // One benchmark request against an OpenAI-compatible server, timed as vLLM's
 // `async_request_openai_completions` / `async_request_openai_chat_completions` time it
-// (vllm/benchmarks/lib/endpoint_request_func.py; spec/serving.md §6). Every request streams
+// (vllm/benchmarks/lib/endpoint_request_func.py; docs/spec/serving.md §6). Every request streams
 // (stream=true, stream_options.include_usage=true):
 //
 //   ttft     first SSE data chunk with non-empty `choices` (even empty text) - send

@@ -1,5 +1,5 @@
 // moeserve bench latency: in-process prefill rate and decode TPOT of the engine at one or more
-// batch sizes, against the memory-bandwidth roofline measured in the same run (CLI.md).
+// batch sizes, against the memory-bandwidth roofline measured in the same run (docs/cli.md).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 

@@ -1,6 +1,6 @@
 // moeserve bench serve: a load generator against any OpenAI-compatible server, with the
-// definitions, flags, printed summary and result JSON of `vllm bench serve` (spec/serving.md §6;
-// bench/ has the parts). The random dataset is made with the tokenizer of --tokenizer; requests
+// definitions, flags, printed summary and result JSON of `vllm bench serve` (docs/spec/serving.md
+// §6; bench/ has the parts). The random dataset is made with the tokenizer of --tokenizer; requests
 // stream over HTTP; nothing of the engine runs in this process.
 #include <fmt/format.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
 // The subcommands of the moeserve binary. Each takes the words after its name and returns the
-// process exit code: 0 success, 1 runtime failure, 2 usage error (CLI.md).
+// process exit code: 0 success, 1 runtime failure, 2 usage error (docs/cli.md).
 #pragma once
 
 #include <functional>

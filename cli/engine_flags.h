@@ -1,4 +1,4 @@
-// vLLM's engine arguments (CLI.md) for the subcommands that run the engine (generate, bench
+// vLLM's engine arguments (docs/cli.md) for the subcommands that run the engine (generate, bench
 // latency, later serve), and the engine they create. The flags' defaults are EngineConfig's, so
 // `--help` shows what the engine does when a flag is not given; 0 means "derive" where
 // EngineConfig says so (--max-model-len, --kv-cache-memory, --long-prefill-token-threshold).

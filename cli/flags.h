@@ -1,7 +1,7 @@
 // Command-line flags of one subcommand: declared with a pointer to where the value goes, parsed
 // strictly. "--name value" and "--name=value" both work; a bool flag takes no value.
 // Errors (unknown flag, missing or malformed value, stray argument) come back as a one-line
-// message naming the flag; the caller prints it and exits 2 (CLI.md).
+// message naming the flag; the caller prints it and exits 2 (docs/cli.md).
 #pragma once
 
 #include <cstdint>

@@ -3,7 +3,7 @@
 // concurrently, sampled with vLLM's SamplingParams (n > 1 fans out into n engine requests, stop
 // strings are found by the detokenizer); prints each request's text (a single prompt streams it)
 // or, with --json, token ids, text, finish reason, timings and logprobs per request and choice
-// (CLI.md). Unlike vLLM, temperature defaults to 0 (greedy) so that runs are reproducible.
+// (docs/cli.md). Unlike vLLM, temperature defaults to 0 (greedy) so that runs are reproducible.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -291,7 +291,7 @@ ordered_json SpecJson(const engine::SpecDecodeStats& s) {
           {"mean_acceptance_length", s.mean_acceptance_length()}};
 }
 
-// {"requests": [...]}, one per choice of each request in input order, with CLI.md's keys.
+// {"requests": [...]}, one per choice of each request in input order, with docs/cli.md's keys.
 void PrintJson(const std::vector<RequestSpec>& specs, const std::vector<RequestResult>& results,
                bool has_text, bool spec_decode) {
   ordered_json requests = ordered_json::array();

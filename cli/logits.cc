@@ -1,4 +1,4 @@
-// moeserve logits: runs token ids through the model and writes the logits (CLI.md).
+// moeserve logits: runs token ids through the model and writes the logits (docs/cli.md).
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
@@ -74,7 +74,7 @@ int Run(const Options& o) {
 
   if (o.mtp) {
     // The MTP first pass over every position: (hidden at t, token t + 1), the last row paired
-    // with the greedy next token (spec §3.h).
+    // with the greedy next token (docs/spec/model.md §3.h).
     std::vector<int32_t> next(tokens.begin() + 1, tokens.end());
     next.push_back(Argmax(logits.data() + logits.size() - V, V));
     if (dump) dump->set_prefix("mtp.");

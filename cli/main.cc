@@ -1,4 +1,4 @@
-// moeserve: one binary, one subcommand per job (CLI.md). The subcommands are commands.cc's
+// moeserve: one binary, one subcommand per job (docs/cli.md). The subcommands are commands.cc's
 // table; `moeserve help --markdown` prints docs/cli.md from it.
 #include <cstdio>
 #include <string>

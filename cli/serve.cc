@@ -1,6 +1,6 @@
-// moeserve serve: the OpenAI-compatible HTTP server (CLI.md, spec/serving.md §7). The port is
-// bound and /health answers (503) before the weights load, as vLLM's does; then the engine loop
-// starts and /health turns 200. SIGINT / SIGTERM stop accepting (503), give what is in flight
+// moeserve serve: the OpenAI-compatible HTTP server (docs/cli.md, docs/spec/serving.md §7). The
+// port is bound and /health answers (503) before the weights load, as vLLM's does; then the engine
+// loop starts and /health turns 200. SIGINT / SIGTERM stop accepting (503), give what is in flight
 // --shutdown-timeout seconds to finish, abort the rest and exit 0.
 #include <malloc.h>
 #include <pthread.h>

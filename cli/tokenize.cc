@@ -1,5 +1,5 @@
-// moeserve tokenize / detokenize: text <-> token ids with a model folder's tokenizer (CLI.md), and
-// chats rendered with its chat template. The folder needs only tokenizer.json (and
+// moeserve tokenize / detokenize: text <-> token ids with a model folder's tokenizer (docs/cli.md),
+// and chats rendered with its chat template. The folder needs only tokenizer.json (and
 // tokenizer_config.json for the special tokens and the chat template); no weights are read.
 #include <fmt/format.h>
 #include <fmt/ranges.h>

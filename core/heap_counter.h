@@ -1,5 +1,5 @@
-// Heap allocation counting, to prove that a code path allocates nothing (DESIGN.md principle 3:
-// a steady decode step performs no heap allocation -- counted, not assumed).
+// Heap allocation counting, to prove that a code path allocates nothing (docs/design.md principle
+// 3: a steady decode step performs no heap allocation -- counted, not assumed).
 //
 // The counter works in binaries that link the `moeserve_heap_counter` object library, which
 // replaces the global operator new / delete with versions that count every allocation, on every

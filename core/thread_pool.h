@@ -3,8 +3,9 @@
 // The calling thread takes part as thread 0, so ThreadPool(1) runs everything inline with no
 // synchronization. Workers spin briefly before sleeping, because decode steps issue many short
 // loops back to back. Each ParallelFor ends in exactly one barrier (the join), and the pool
-// counts them so the engine can report barriers per step (DESIGN.md principle 3). Under --trace
-// each worker records its share of every loop as an event named after the caller's trace scope.
+// counts them so the engine can report barriers per step (docs/design.md principle 3). Under
+// --trace each worker records its share of every loop as an event named after the caller's trace
+// scope.
 #pragma once
 
 #include <atomic>

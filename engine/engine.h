@@ -28,7 +28,7 @@ namespace moeserve::engine {
 inline constexpr double kDefaultStateCacheGiB = 2.0;
 inline constexpr int64_t kDefaultStateCheckpointInterval = 512;
 
-// vLLM's engine arguments that size and shape the engine (CLI.md). Zero means "derive".
+// vLLM's engine arguments that size and shape the engine (docs/cli.md). Zero means "derive".
 struct EngineConfig {
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;

@@ -416,8 +416,8 @@ struct SpecCase {
 };
 
 // Greedy output with drafts equals greedy output without, token for token, and every emitted
-// token's logits are bit-identical to decoding without speculation (DESIGN.md principle 2): for
-// K = 1..4, a request alone, eight at once, eight arriving one every 3 steps, and a 64-token
+// token's logits are bit-identical to decoding without speculation (docs/design.md principle 2):
+// for K = 1..4, a request alone, eight at once, eight arriving one every 3 steps, and a 64-token
 // budget that chunks prompts and trims drafts. Returns the drafts accepted and verified.
 std::pair<int64_t, int64_t> ExpectSpecEqualsPlain(const SpecCase& c) {
   auto lm = LoadModel(c.model);

@@ -1,7 +1,7 @@
 // KvCacheManager: hands out the engine's cache memory to requests -- KV blocks of the
 // full-attention layers (one block id covers the same positions in every attention layer) and
 // recurrent-state slots of the GDN layers -- and, for attention-only models, caches full blocks
-// by prefix for reuse (vLLM's BlockPool + KVCacheManager, spec/serving.md §2.3).
+// by prefix for reuse (vLLM's BlockPool + KVCacheManager, docs/spec/serving.md §2.3).
 //
 // Prefix caching: a full block's identity is a chained hash of (parent block's hash, its
 // block_size token ids); a lookup walks a waiting request's prompt block by block and stops at

@@ -4,7 +4,7 @@
 // plus sampling of the rows that end their request's tokens (each request's RequestSampler; a
 // plain greedy request takes argmax directly) and, when asked, logprobs.
 //
-// Speculative decoding (spec/serving.md §4-5): a request's verify run [last token, drafts...]
+// Speculative decoding (docs/spec/serving.md §4-5): a request's verify run [last token, drafts...]
 // goes through the same forward (GDN layers step token by token into per-draft state slots);
 // its rows are verified in order -- accepted while the target agrees, then the recovered or
 // bonus token -- and the state slot after the last accepted token becomes the request's. The
@@ -14,7 +14,7 @@
 //
 // Per step only what changed is written: the scheduled tokens' ids, positions and sequence
 // index, query_start, the block ids appended since the last step, and the logits rows
-// (spec/serving.md §1.2-1.3). Every buffer is sized at construction for the largest step
+// (docs/spec/serving.md §1.2-1.3). Every buffer is sized at construction for the largest step
 // (max_num_seqs rows, max_num_batched_tokens tokens), so a steady decode step allocates nothing.
 #pragma once
 

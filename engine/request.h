@@ -19,7 +19,7 @@ enum class RequestStatus {
   kFinished,   // done (see finish_reason); holds nothing
 };
 
-// vLLM's finish reasons (spec/serving.md §2.2): "stop" (EOS or a stop token), "length"
+// vLLM's finish reasons (docs/spec/serving.md §2.2): "stop" (EOS or a stop token), "length"
 // (max_tokens or max_model_len), "abort".
 enum class FinishReason { kNone, kStop, kLength, kAbort };
 
@@ -28,7 +28,7 @@ const char* FinishReasonName(FinishReason reason);  // "stop" | "length" | "abor
 // Drafts per verify step, at most (--spec mtp:K / ngram:K).
 inline constexpr int64_t kMaxSpeculativeTokens = 4;
 
-// Acceptance of speculative drafts, as vLLM counts it (spec/serving.md §5, SpecDecodingStats).
+// Acceptance of speculative drafts, as vLLM counts it (docs/spec/serving.md §5, SpecDecodingStats).
 struct SpecDecodeStats {
   int64_t num_drafts = 0;           // verify steps that carried at least one draft
   int64_t num_draft_tokens = 0;     // drafts verified

@@ -1,5 +1,5 @@
-// Token selection with vLLM's semantics (spec/serving.md §3.2). Per request, a RequestSampler is
-// built once when the request joins the batch -- its masks, penalty counts, generator -- and
+// Token selection with vLLM's semantics (docs/spec/serving.md §3.2). Per request, a RequestSampler
+// is built once when the request joins the batch -- its masks, penalty counts, generator -- and
 // updated as its tokens are accepted; no per-step rebuild. Per row, in vLLM's order:
 //   raw logprobs (if asked) -> allowed_token_ids mask -> bad words -> min_tokens (stop ids to
 //   -inf while fewer than min_tokens outputs) -> logit_bias -> repetition, frequency, presence
@@ -105,7 +105,7 @@ class RequestSampler {
   void Sample(const float* logits, std::span<const int32_t> outputs, float* scratch,
               SampledToken* result);
 
-  // Speculative verification of one draft token at one verify row (spec/serving.md §4). Drafts
+  // Speculative verification of one draft token at one verify row (docs/spec/serving.md §4). Drafts
   // are one-hot (q(d) = 1: MTP's argmax, n-gram), so the rejection rule is: accept d with
   // probability p(d) -- p the final distribution Sample draws from -- else emit a token drawn
   // from p without d (normalize(max(p - q, 0))). This draws the row's token exactly as Sample

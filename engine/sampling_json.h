@@ -1,6 +1,7 @@
 // vLLM's sampling parameters read from JSON -- an HTTP request body (the server) or a `generate
-// --prompts-file` line -- one key at a time, by vLLM's names (spec/serving.md §3.1). Only types are
-// checked here; ranges are SamplingParams::Validate's, whose messages name the parameter too.
+// --prompts-file` line -- one key at a time, by vLLM's names (docs/spec/serving.md §3.1). Only
+// types are checked here; ranges are SamplingParams::Validate's, whose messages name the parameter
+// too.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>

@@ -1,4 +1,4 @@
-// SamplingParams: vLLM's per-request sampling parameters (spec/serving.md §3.1) -- names,
+// SamplingParams: vLLM's per-request sampling parameters (docs/spec/serving.md §3.1) -- names,
 // defaults and validation ranges as vLLM's `SamplingParams` -- and the token-id forms of the
 // text-valued ones that the frontend resolves with the tokenizer before the engine sees them.
 #pragma once

@@ -1,11 +1,11 @@
-// Scheduler: vLLM's continuous-batching loop (spec/serving.md §2). Each step it gives every
+// Scheduler: vLLM's continuous-batching loop (docs/spec/serving.md §2). Each step it gives every
 // request tokens to catch its computed count up with its token count, under a token budget
 // (max_num_batched_tokens) and a cap on running requests (max_num_seqs): running requests first
 // (decodes and the rest of chunked prefills), then waiting ones FCFS. When blocks run out it
 // preempts the last running request (recompute: it frees everything and rejoins the head of the
 // waiting queue with num_computed_tokens = 0).
 //
-// Batch invariance (DESIGN.md principle 2): with prefill_alignment > 1 (hybrid models: the GDN
+// Batch invariance (docs/design.md principle 2): with prefill_alignment > 1 (hybrid models: the GDN
 // chunk, 64) a prefill chunk that does not reach the end of the request's tokens ends at a
 // multiple of prefill_alignment in absolute position, so how the scheduler splits a prompt never
 // changes the request's arithmetic. A request whose next aligned chunk does not fit the

@@ -323,7 +323,8 @@ Result<ModelConfig> Parse(const json& root) {
   RETURN_IF_ERROR(r.status());
   RETURN_IF_ERROR(top.status());
 
-  // layer_types: explicit list, or every full_attention_interval-th layer (spec §1.2).
+  // layer_types: explicit list, or every full_attention_interval-th layer (docs/spec/model.md
+  // §1.2).
   if (const json* lt = r.Find("layer_types"); lt != nullptr) {
     if (!lt->is_array()) return InvalidArgument("{}: key 'layer_types' must be a list", where);
     for (const json& e : *lt) {

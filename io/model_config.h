@@ -4,7 +4,7 @@
 // Supported `architectures[0]`: Qwen3NextForCausalLM, Qwen3_5MoeForConditionalGeneration and
 // Qwen3_5MoeForCausalLM (keys under "text_config" when present, RoPE under "rope_parameters"),
 // Qwen3MoeForCausalLM, Qwen3ForCausalLM, LlamaForCausalLM. Keys and defaults follow the Hugging
-// Face config classes; ../shared/spec/qwen3-next.md §1 is the reference for the hybrid models.
+// Face config classes; docs/spec/model.md §1 is the reference for the hybrid models.
 #pragma once
 
 #include <cstdint>
@@ -83,7 +83,7 @@ struct ModelConfig {
   int64_t bos_token_id = -1;  // -1: none
   std::string torch_dtype;    // "bfloat16", ... ("" if absent)
 
-  // Derived sizes of the GDN layers (spec §1.4).
+  // Derived sizes of the GDN layers (docs/spec/model.md §1.4).
   int64_t linear_key_dim() const { return linear_num_key_heads * linear_key_head_dim; }
   int64_t linear_value_dim() const { return linear_num_value_heads * linear_value_head_dim; }
   int64_t linear_conv_dim() const { return 2 * linear_key_dim() + linear_value_dim(); }
@@ -96,8 +96,8 @@ struct ModelConfig {
   int64_t num_layers_of(LayerType type) const;
 };
 
-// spec §1.2: every interval-th layer (0-based i with (i + 1) % interval == 0) is full attention,
-// the others linear attention.
+// docs/spec/model.md §1.2: every interval-th layer (0-based i with (i + 1) % interval == 0) is full
+// attention, the others linear attention.
 std::vector<LayerType> IntervalLayerTypes(int64_t num_layers, int64_t full_attention_interval);
 
 // Parses the text of a config.json. Errors name the offending key.

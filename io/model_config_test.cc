@@ -19,7 +19,7 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
-// A Qwen3.5-35B-A3B style config (spec §1.3), text keys under text_config.
+// A Qwen3.5-35B-A3B style config (docs/spec/model.md §1.3), text keys under text_config.
 constexpr char kQwen35Config[] = R"({
   "architectures": ["Qwen3_5MoeForConditionalGeneration"],
   "model_type": "qwen3_5_moe",

@@ -1,6 +1,6 @@
 // CausalConv1dSiluStep on every compiled SIMD target: T steps from a zero state against the causal
-// conv computed directly from its definition (spec §3.c.2), the state window after each step, the
-// scalar twin from a random state, out aliasing x; the dispatched entry point once.
+// conv computed directly from its definition (docs/spec/model.md §3.c.2), the state window after
+// each step, the scalar twin from a random state, out aliasing x; the dispatched entry point once.
 
 #include "kernels/causal_conv1d.h"
 

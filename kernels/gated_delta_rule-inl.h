@@ -32,8 +32,8 @@ namespace gdn {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // ---------------------------------------------------------------------------------------------
-// One token (spec §3.c.5). S is [dk][dv] row-major, so a row of S is dv-contiguous and the SIMD
-// lanes run over the value dim j. Every column j is independent of the others:
+// One token (docs/spec/model.md §3.c.5). S is [dk][dv] row-major, so a row of S is dv-contiguous
+// and the SIMD lanes run over the value dim j. Every column j is independent of the others:
 //   m[j] = decay * sum_i S[i][j] k[i]          (pass 1: reads S)
 //   delta[j] = beta * (v[j] - m[j])
 //   S[i][j] = decay * S[i][j] + k[i] delta[j]; out[j] = sum_i S[i][j] q[i]   (pass 2: reads and
@@ -117,8 +117,9 @@ HWY_INLINE void StepColumn(float* HWY_RESTRICT S, const float* HWY_RESTRICT q,
 }
 
 // ---------------------------------------------------------------------------------------------
-// Chunked form (spec §3.c.6). Every step there is a small matrix product, so the chunk is one
-// register-blocked kernel, MatMul, applied eight times, plus O(T^2) and O(T * dk) glue.
+// Chunked form (docs/spec/model.md §3.c.6). Every step there is a small matrix product, so the
+// chunk is one register-blocked kernel, MatMul, applied eight times, plus O(T^2) and O(T * dk)
+// glue.
 
 // C[r][j] = c_scale * C[r][j] + sum_{k < K} X[r * xr + k * xc] * B[k * bs + j] for kRows rows
 // r and the kVecs * N columns j starting at B and C. X is read as broadcast scalars, so any

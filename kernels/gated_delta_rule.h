@@ -1,5 +1,5 @@
-// The gated delta rule of Gated DeltaNet (spec §3.c.5 / §3.c.6), one value head at a time, with
-// an f32 state S of [dk][dv] (row i over the key dim, column j over the value dim).
+// The gated delta rule of Gated DeltaNet (docs/spec/model.md §3.c.5 / §3.c.6), one value head at a
+// time, with an f32 state S of [dk][dv] (row i over the key dim, column j over the value dim).
 //
 // Inputs are already prepared by the layer: q and k l2-normalized (q also scaled by 1/sqrt(dk)),
 // g = -exp(A_log) * softplus(a + dt_bias) (log of the decay), beta = sigmoid(b).

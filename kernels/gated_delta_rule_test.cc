@@ -25,7 +25,7 @@ namespace moeserve::kernels::gdn_test {
 
 // How fast the state forgets: g = -exp(A) * softplus(x + shift) per token.
 enum class Decay {
-  kRealistic,  // A ~ log U(1, 16), x ~ N(0, 1) as the layer computes it (spec §3.c.3): decays
+  kRealistic,  // A ~ log U(1, 16), x ~ N(0, 1) as the layer computes it (docs/spec/model.md §3.c.3): decays
                // between ~1e-6 and ~0.7 per token, so a chunk mostly forgets what came before.
   kSlow,       // the same with x shifted by -6: decays ~0.95..0.999, so the state carried
                // between chunks and the exp(gamma) factors all matter.
@@ -44,7 +44,7 @@ struct Inputs {
   const float* v_row(int64_t t) const { return v.data() + t * v_stride; }
 };
 
-// x * rsqrt(sum x^2 + 1e-6) * extra_scale over n floats (spec §4.2: eps on the sum).
+// x * rsqrt(sum x^2 + 1e-6) * extra_scale over n floats (docs/spec/model.md §4.2: eps on the sum).
 inline void L2Normalize(float* x, int64_t n, double extra_scale) {
   double ss = 0.0;
   for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];

@@ -9,7 +9,7 @@
 // x (decode and prefill are memory-bound on W). Each output's K-reduction runs in a fixed order
 // that depends only on K and the SIMD target (w8a8, w4a8: on K only) — never on M, on n, or on
 // how rows are split across threads — so a row's result is bit-identical whether it is computed
-// alone or in a batch (DESIGN.md principle 2).
+// alone or in a batch (docs/design.md principle 2).
 #pragma once
 
 #include <cstdint>

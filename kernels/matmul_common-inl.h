@@ -3,7 +3,7 @@
 // meets the rows of x (ForEachPass), and, for the formats that quantize activations (w8a8, w4a8),
 // the row quantizer and the range loop over a kernel's table of tiles.
 //
-// Batch invariance (DESIGN.md principle 2). Every format computes each output y[m, n] in an
+// Batch invariance (docs/design.md principle 2). Every format computes each output y[m, n] in an
 // order that depends on K, the data and the SIMD target only (w8a8, w4a8: on K and the data
 // only): never on the tile shape chosen for it (which depends on M, on n_begin/n_end and on N),
 // nor on the thread that computes it. Each format's file states its order: matmul_float-inl.h

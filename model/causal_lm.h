@@ -28,7 +28,7 @@ struct LoadOptions {
   ForwardOptions forward = {};  // the --no-... switches
 };
 
-// Where a hybrid model's token stream may be cut (DESIGN.md principle 2). Its GDN layers run a
+// Where a hybrid model's token stream may be cut (docs/design.md principle 2). Its GDN layers run a
 // prefill in chunks that start at absolute multiples of GdnChunkAlignment() positions, so a
 // prefill the engine splits into several forward calls must split it at such multiples (else how
 // the scheduler cut a prompt would change the request's arithmetic), and a GDN state checkpoint
@@ -91,11 +91,12 @@ class CausalLm {
   void Forward(const SequenceInput& seq, ModelCache& cache, bool all_logits,
                std::vector<float>* hidden, std::vector<float>* logits);
 
-  // The MTP head (spec §3.h) for T rows: row t pairs hidden[t] (a final-normed hidden state at
-  // position first_pos + t, from Forward or from the previous MTP step) with next_tokens[t],
-  // runs at position first_pos + t with the MTP layer's own KV cache (through block_table), and
-  // yields draft logits [T, vocab] for the token after next_tokens[t]; mtp_hidden (if non-null)
-  // receives the head's normed outputs [T, H], the hidden input of the next chained step.
+  // The MTP head (docs/spec/model.md §3.h) for T rows: row t pairs hidden[t] (a final-normed hidden
+  // state at position first_pos + t, from Forward or from the previous MTP step) with
+  // next_tokens[t], runs at position first_pos + t with the MTP layer's own KV cache (through
+  // block_table), and yields draft logits [T, vocab] for the token after next_tokens[t]; mtp_hidden
+  // (if non-null) receives the head's normed outputs [T, H], the hidden input of the next chained
+  // step.
   void MtpForward(const float* hidden, const int32_t* next_tokens, int64_t T, int64_t first_pos,
                   const int32_t* block_table, ModelCache& cache, std::vector<float>* mtp_hidden,
                   std::vector<float>* logits);

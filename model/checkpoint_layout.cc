@@ -73,8 +73,8 @@ class Walker {
     }
   }
 
-  // spec §2.1 / §2.3: Qwen3-Next stores in_proj_qkvz / in_proj_ba interleaved per key-head
-  // group; Qwen3.5 stores the four projections split.
+  // docs/spec/model.md §2.1 / §2.3: Qwen3-Next stores in_proj_qkvz / in_proj_ba interleaved per
+  // key-head group; Qwen3.5 stores the four projections split.
   void GatedDeltaNet(const std::string& p) {
     const int64_t H = c_.hidden_size, nv = c_.linear_num_value_heads;
     const int64_t key_dim = c_.linear_key_dim(), value_dim = c_.linear_value_dim();
@@ -114,7 +114,7 @@ class Walker {
     const int64_t H = c_.hidden_size, E = c_.num_experts, I = c_.moe_intermediate_size;
     Emit(p + "gate.weight", {E, H}, TensorKind::kLinear, TensorRole::kRouter);
     if (c_.architecture == Architecture::kQwen3_5Moe) {
-      // Fused: gate_up_proj rows [0, I) = gate, [I, 2I) = up (spec §2.3).
+      // Fused: gate_up_proj rows [0, I) = gate, [I, 2I) = up (docs/spec/model.md §2.3).
       Emit(p + "experts.gate_up_proj", {E, 2 * I, H}, TensorKind::kLinear,
            TensorRole::kExpertsGateUp, TensorUse::kRoutedExperts, E);
       Emit(p + "experts.down_proj", {E, H, I}, TensorKind::kLinear, TensorRole::kExpertsDown,
@@ -150,8 +150,8 @@ class Walker {
       Emit("lm_head.weight", {V, H}, TensorKind::kLinear, TensorRole::kLmHead);
     }
 
-    // MTP head (spec §2.2): fc over [norm(embedding); norm(hidden)], full-attention MoE layers,
-    // final norm; embedding and lm_head are the main model's.
+    // MTP head (docs/spec/model.md §2.2): fc over [norm(embedding); norm(hidden)], full-attention
+    // MoE layers, final norm; embedding and lm_head are the main model's.
     if (c_.num_mtp_layers == 0) return;
     mtp_ = true;
     Emit("mtp.fc.weight", {H, 2 * H}, TensorKind::kLinear, TensorRole::kMtpFc);
@@ -198,7 +198,8 @@ Result<std::vector<ResolvedTensor>> ResolveCheckpoint(const ModelConfig& config,
     if (!status.ok()) return;
     const io::SafetensorsTensor* stored = checkpoint.Find(spec.name);
     if (stored == nullptr && config.architecture == Architecture::kQwen3_5Moe) {
-      // Text-only re-exports of Qwen3.5 drop "language_model." (spec §2.3), and the reverse.
+      // Text-only re-exports of Qwen3.5 drop "language_model." (docs/spec/model.md §2.3), and the
+      // reverse.
       const std::string& n = spec.name;
       std::string other;
       if (n.starts_with(kLanguageModelPrefix)) {

@@ -1,7 +1,8 @@
 // The layers of the hybrid MoE decoder as free functions over [T, H] activations of a flat batch
-// of T new tokens from one or many sequences (row-major, f32; model/cache.h's TokenBatch). Each reads like its paper / spec section; the
-// kernels do the arithmetic. Under tensor / expert parallelism (shard.h) each rank's sub-layer
-// output is its part of a sum over the ranks; DecoderLayer reduces it (ReduceAddNorm).
+// of T new tokens from one or many sequences (row-major, f32; model/cache.h's TokenBatch). Each
+// reads like its paper / spec section; the kernels do the arithmetic. Under tensor / expert
+// parallelism (shard.h) each rank's sub-layer output is its part of a sum over the ranks;
+// DecoderLayer reduces it (ReduceAddNorm).
 #pragma once
 
 #include <cstdint>
@@ -25,7 +26,7 @@ using ActivationTap = std::function<void(std::string_view name, int64_t layer, c
                                          int64_t rows, int64_t cols)>;
 
 // Scratch memory of the layers, planned up front by Reserve for the largest token batch so that
-// a forward call allocates nothing (DESIGN.md principle 3); a larger batch grows it.
+// a forward call allocates nothing (docs/design.md principle 3); a larger batch grows it.
 struct Scratch {
   std::vector<float> normed, delta;  // decoder layer: norm(x), sub-layer output
   std::vector<float> proj, gates, core, heads, gate, attn;
@@ -102,23 +103,23 @@ struct LayerContext {
 void RmsNormRows(const float* x, int64_t T, int64_t n, const std::vector<float>& w, float eps,
                  float* y);
 
-// Gated DeltaNet (spec §3.c) over x [T, H] (already input-normed) of the batch's tokens; each
-// sequence continues from its state slot in `cache` (layer ctx.layer): conv window and S,
-// updated. Decode tokens take the recurrent step, prefill chunks the chunked form. out: [T, H],
+// Gated DeltaNet (docs/spec/model.md §3.c) over x [T, H] (already input-normed) of the batch's
+// tokens; each sequence continues from its state slot in `cache` (layer ctx.layer): conv window and
+// S, updated. Decode tokens take the recurrent step, prefill chunks the chunked form. out: [T, H],
 // this rank's part (as for every sub-layer below: the ranks' outputs sum to the layer's).
 void GatedDeltaNet(const LayerContext& ctx, const GdnWeights& w, const TokenBatch& batch,
                    const float* x, ModelCache& cache, float* out);
 
-// Full attention (spec §3.d; with the output gate when config.attn_output_gate, q/k norm when
-// present, partial NeoX RoPE) over x [T, H]; writes the batch's K/V at their positions into
-// `kv` through each sequence's block table, then attends. out: [T, H].
+// Full attention (docs/spec/model.md §3.d; with the output gate when config.attn_output_gate, q/k
+// norm when present, partial NeoX RoPE) over x [T, H]; writes the batch's K/V at their positions
+// into `kv` through each sequence's block table, then attends. out: [T, H].
 void Attention(const LayerContext& ctx, const AttentionWeights& w, const TokenBatch& batch,
                const float* x, const kernels::PagedKvCache& kv, float* out);
 
-// Sparse MoE (spec §3.e): f32 softmax router, top-k, renormalization, SwiGLU experts summed per
-// token in ascending expert order, plus the shared expert x sigmoid(shared_expert_gate).
-// out: [T, H], as the return value says (see ForwardOptions for --ep's paths; every path gives
-// a token the same bits).
+// Sparse MoE (docs/spec/model.md §3.e): f32 softmax router, top-k, renormalization, SwiGLU experts
+// summed per token in ascending expert order, plus the shared expert x sigmoid(shared_expert_gate).
+// out: [T, H], as the return value says (see ForwardOptions for --ep's paths; every path gives a
+// token the same bits).
 MoeResult SparseMoe(const LayerContext& ctx, const MoeWeights& w, const float* x, int64_t T,
                     float* out);
 

@@ -1,10 +1,11 @@
 // A model's weights in the kernels' layout, built once at load by walking the checkpoint
 // (checkpoint_layout.h). Matrices are [out, in] in bf16 or f32 (the --weight-dtype); norms,
 // gates and other vectors are f32 with every load-time transform already applied:
-//   - (1 + w) RMSNorm weights have the 1 added (spec §3.a);
+//   - (1 + w) RMSNorm weights have the 1 added (docs/spec/model.md §3.a);
 //   - q/k/v projections are concatenated into one matrix, expert gate/up into one;
 //   - Qwen3-Next's interleaved in_proj_qkvz / in_proj_ba rows are permuted into Qwen3.5's split
-//     order [q | k | v | z] / [b | a], so one GDN code path serves both (spec §3.c.1);
+//     order [q | k | v | z] / [b | a], so one GDN code path serves both (docs/spec/model.md
+// §3.c.1);
 //   - the conv weight is transposed to [Kc][conv_dim]; A_log becomes -exp(A_log).
 #pragma once
 
@@ -23,8 +24,8 @@
 namespace moeserve::model {
 
 struct AttentionWeights {
-  // [q_rows + 2 * kv_rows, H]: q_proj rows (per head [query; gate] when gated, spec §3.d), then
-  // k_proj, then v_proj.
+  // [q_rows + 2 * kv_rows, H]: q_proj rows (per head [query; gate] when gated, docs/spec/model.md
+  // §3.d), then k_proj, then v_proj.
   OwnedTensor qkv;
   std::vector<float> qkv_bias;  // [q_rows + 2 * kv_rows], empty without attention_bias
   OwnedTensor o_proj;           // [H, num_heads * head_dim]

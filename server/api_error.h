@@ -1,4 +1,4 @@
-// Errors as vLLM's OpenAI server sends them (spec/serving.md §7): status code plus the body
+// Errors as vLLM's OpenAI server sends them (docs/spec/serving.md §7): status code plus the body
 // {"error": {"message", "type", "param", "code"}}. Inside the server everything is a Status;
 // this is the one place that maps it to HTTP.
 #pragma once

@@ -1,6 +1,6 @@
-// The OpenAI-compatible HTTP server (spec/serving.md §7): routes, the browser-origin and API-key
-// checks, request checks, and the generation handlers that feed the EngineLoop and stream its
-// tokens back. Connections, parsing and limits are the HttpFront's (http_front.h); handlers run
+// The OpenAI-compatible HTTP server (docs/spec/serving.md §7): routes, the browser-origin and
+// API-key checks, request checks, and the generation handlers that feed the EngineLoop and stream
+// its tokens back. Connections, parsing and limits are the HttpFront's (http_front.h); handlers run
 // on its worker threads and meet the engine only through EngineLoop.
 #pragma once
 

@@ -1,7 +1,7 @@
 // The OpenAI request and response bodies of /v1/completions and /v1/chat/completions as vLLM
-// reads and writes them (spec/serving.md §7): request JSON -> GenerationRequest (types checked,
-// sampling keys through ApplySamplingKey), and the response, chunk, usage and logprobs shapes.
-// No HTTP and no engine here: the handlers (http_server.cc) glue these to the engine loop.
+// reads and writes them (docs/spec/serving.md §7): request JSON -> GenerationRequest (types
+// checked, sampling keys through ApplySamplingKey), and the response, chunk, usage and logprobs
+// shapes. No HTTP and no engine here: the handlers (http_server.cc) glue these to the engine loop.
 #pragma once
 
 #include <cstdint>

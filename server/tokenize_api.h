@@ -1,7 +1,7 @@
-// vLLM's /tokenize and /detokenize (spec/serving.md §7) as JSON in, JSON out, without HTTP: the
-// handlers (http_server.cc) send the answer, or the error mapped by ToApiError. The same checks
-// as a generation request's apply where they can: the model name, chat messages' content parts,
-// and a text refused unencoded when it cannot fit max_model_len tokens.
+// vLLM's /tokenize and /detokenize (docs/spec/serving.md §7) as JSON in, JSON out, without HTTP:
+// the handlers (http_server.cc) send the answer, or the error mapped by ToApiError. The same checks
+// as a generation request's apply where they can: the model name, chat messages' content parts, and
+// a text refused unencoded when it cannot fit max_model_len tokens.
 #pragma once
 
 #include "core/status.h"

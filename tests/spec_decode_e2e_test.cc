@@ -1,8 +1,9 @@
 // Speculative decoding end to end, through the real binary: `generate --spec` gives the same
-// greedy tokens as without (one prompt and eight at once) and reports acceptance under CLI.md's
-// keys; seeded sampling with drafts repeats alone and in a batch; `serve --spec` answers as
-// `generate` does, streams several tokens per chunk, and counts drafts in /metrics under vLLM's
-// names; `bench latency --spec` prints the acceptance; bad --spec values exit 2 naming the flag.
+// greedy tokens as without (one prompt and eight at once) and reports acceptance under
+// docs/cli.md's keys; seeded sampling with drafts repeats alone and in a batch; `serve --spec`
+// answers as `generate` does, streams several tokens per chunk, and counts drafts in /metrics under
+// vLLM's names; `bench latency --spec` prints the acceptance; bad --spec values exit 2 naming the
+// flag.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <httplib.h>

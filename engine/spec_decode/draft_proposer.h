@@ -1,7 +1,7 @@
 // DraftProposer: what the engine asks of speculative decoding after each step -- the drafts the
-// running requests carry into their next step's verify run (spec/serving.md §4-5). Two drafters
-// implement it: prompt lookup in a request's own tokens (NgramProposer, ngram_proposer.h) and
-// the model's MTP head chained K times (MtpProposer, mtp_proposer.h); the engine makes the one
+// running requests carry into their next step's verify run (docs/spec/serving.md §4-5). Two
+// drafters implement it: prompt lookup in a request's own tokens (NgramProposer, ngram_proposer.h)
+// and the model's MTP head chained K times (MtpProposer, mtp_proposer.h); the engine makes the one
 // its SpecConfig names.
 //
 // Shared by both: drafting pauses while more requests run than SpecConfig::disable_batch_size,

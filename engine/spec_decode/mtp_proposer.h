@@ -1,4 +1,4 @@
-// The MTP drafter (vLLM's "mtp", spec/serving.md §4): the model's MTP head over every position
+// The MTP drafter (vLLM's "mtp", docs/spec/serving.md §4): the model's MTP head over every position
 // the step verified, so its KV cache sees the whole history, then K - 1 chained steps, each
 // feeding the head its own last draft and output hidden state (vLLM's chaining).
 //

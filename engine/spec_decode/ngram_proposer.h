@@ -1,5 +1,5 @@
-// Prompt lookup (vLLM's "ngram" drafter, spec/serving.md §4): a request's drafts are the tokens
-// that followed the latest earlier occurrence of its own last few tokens. No model runs.
+// Prompt lookup (vLLM's "ngram" drafter, docs/spec/serving.md §4): a request's drafts are the
+// tokens that followed the latest earlier occurrence of its own last few tokens. No model runs.
 #pragma once
 
 #include <cstdint>

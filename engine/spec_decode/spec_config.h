@@ -1,4 +1,4 @@
-// Speculative decoding (spec/serving.md §4-5): which drafter proposes tokens, how many, and
+// Speculative decoding (docs/spec/serving.md §4-5): which drafter proposes tokens, how many, and
 // when it pauses -- the --spec flags. The drafters are DraftProposer's implementations
 // (draft_proposer.h); verification and state rollback are the model runner's.
 #pragma once

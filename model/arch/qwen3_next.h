@@ -1,6 +1,6 @@
 // What is particular to Qwen3-Next among the hybrid models: its fused GDN input projections are
-// interleaved per key-head group (spec §3.c.1). Qwen3.5-MoE stores them split; moeserve loads
-// both into the split order and runs one code path.
+// interleaved per key-head group (docs/spec/model.md §3.c.1). Qwen3.5-MoE stores them split;
+// moeserve loads both into the split order and runs one code path.
 #pragma once
 
 #include <cstdint>

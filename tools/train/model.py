@@ -1,6 +1,6 @@
-"""Qwen3-Next in plain PyTorch, written from ../shared/spec/qwen3-next.md (section numbers below).
+"""Qwen3-Next in plain PyTorch, written from docs/spec/model.md (section numbers below).
 
-Module and parameter names are the checkpoint's (spec §2.1, §2.2), so state_dict() keys are the
+Module and parameter names are the checkpoint's (docs/spec/model.md §2.1, §2.2), so state_dict() keys are the
 safetensors tensor names moeserve loads for architecture qwen3_next; the config is the HF
 config.json dict. Activations run in the input dtype (f32 for training and checks); the bf16
 roundings of HF's bf16 runs are not modelled: moeserve computes in f32 too.

@@ -9,7 +9,7 @@ spec_decode_num_accepted_tokens_per_pos / num_drafts), measured in PyTorch on an
 Prompts: the first --prompt-tokens ids of held-out documents (train.py's validation split,
 documents separated by <|endoftext|>). The model continues each greedily for --new-tokens ids
 (the target sequence x). At every generated position t (x_{t+1} just sampled by the target from
-hidden h_t), the draft chain is vLLM's (spec §3.h):
+hidden h_t), the draft chain is vLLM's (docs/spec/model.md §3.h):
   d_1 = argmax lm_head(MTP(h_t, x_{t+1}))         at position t, MTP attention over 0..t
   d_k = argmax lm_head(MTP(m_{k-1}, d_{k-1}))     at position t + k - 1, m = the MTP's own output
 Greedy verification accepts d_1..d_j while d_i == x_{t+1+i}. Printed per draft position k: the
