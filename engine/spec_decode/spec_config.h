@@ -26,8 +26,8 @@ struct SpecConfig {
   int64_t prompt_lookup_min = 2;
   int64_t prompt_lookup_max = 5;
   // No drafts while more requests than this run in a step: verifying 1 + K tokens each costs
-  // more than it saves once the batch alone keeps the cores busy (docs/performance.md: on 2
-  // cores a batch's GEMMs turn compute-bound past ~16 rows, 4 requests x (1 + 3)). 0: never.
+  // more than it saves once the batch alone keeps the cores busy (the default is where a batch's
+  // GEMMs turned compute-bound on 2 cores: docs/performance.md, "Speculative decoding"). 0: never.
   int64_t disable_batch_size = 4;
   // Adaptive drafting: a request drafts position i only while its estimated chance of getting
   // that far (the product of its positions' running acceptance rates) is at least this, since a
