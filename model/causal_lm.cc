@@ -9,6 +9,7 @@
 #include "core/trace.h"
 #include "kernels/matmul.h"
 #include "kernels/norms.h"
+#include "model/decoder_layer.h"
 
 namespace moeserve::model {
 
