@@ -8,7 +8,7 @@
 
 #include "engine/engine.h"
 #include "io/model_config.h"
-#include "model/layers.h"
+#include "model/layer_context.h"
 
 namespace moeserve::cli {
 

@@ -10,7 +10,7 @@
 
 #include "core/status.h"
 #include "model/causal_lm.h"
-#include "model/layers.h"
+#include "model/layer_context.h"
 
 namespace moeserve::cli {
 

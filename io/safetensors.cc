@@ -104,6 +104,253 @@ struct Range {
   size_t tensor;
 };
 
+// ---- SafetensorsFile::Open's phases, in order ----
+
+// The whole file, mapped read-only.
+struct Mapping {
+  void* data;
+  uint64_t size;
+};
+
+Result<Mapping> MapFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return NotFound("{}: no such file", path);
+    return IoError("{}: cannot open: {}", path, ErrnoMessage(err));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return IoError("{}: cannot stat: {}", path, ErrnoMessage(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return InvalidArgument("{}: not a regular file", path);
+  }
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  // Checked before mmap, which refuses a length of 0.
+  if (file_size < 8) {
+    ::close(fd);
+    return InvalidArgument("{}: file is {} bytes, shorter than the 8-byte header length", path,
+                           file_size);
+  }
+  void* map = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int mmap_err = errno;
+  ::close(fd);  // the mapping keeps the file alive
+  if (map == MAP_FAILED) return IoError("{}: cannot mmap: {}", path, ErrnoMessage(mmap_err));
+  return Mapping{map, file_size};
+}
+
+// The header length: u64 little-endian, whatever the host's byte order.
+Result<uint64_t> ReadHeaderLength(const std::string& path, const std::byte* base,
+                                  uint64_t file_size) {
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<uint8_t>(base[i]);
+  if (header_len == 0) return InvalidArgument("{}: header length is 0", path);
+  if (header_len > file_size - 8) {
+    return InvalidArgument("{}: header length {} runs past the end of the file ({} bytes)", path,
+                           header_len, file_size);
+  }
+  if (header_len > kMaxHeaderBytes) {
+    return InvalidArgument("{}: header length {} exceeds the limit of {} bytes", path, header_len,
+                           kMaxHeaderBytes);
+  }
+  return header_len;
+}
+
+// The header's JSON object and its names in header order.
+struct Header {
+  json object;
+  std::vector<std::string> names;
+};
+
+// Parses the header, keeping the header order and catching duplicate names.
+Result<Header> ParseHeader(const std::string& path, const char* text, uint64_t header_len) {
+  Header header;
+  std::unordered_set<std::string> seen;
+  std::optional<std::string> duplicate;
+  RETURN_IF_ERROR(ParseJson(
+      path, "header", text, text + header_len,
+      [&](int depth, const std::string& key) {
+        if (depth != 1) return;
+        if (seen.insert(key).second) {
+          header.names.push_back(key);
+        } else if (!duplicate) {
+          duplicate = key;
+        }
+      },
+      &header.object));
+  if (!header.object.is_object()) {
+    return InvalidArgument("{}: header is a JSON {}, not a JSON object", path,
+                           header.object.type_name());
+  }
+  if (duplicate) return InvalidArgument("{}: duplicate tensor name \"{}\"", path, *duplicate);
+  return header;
+}
+
+// "__metadata__": only string values are metadata by the format; others are tolerated and
+// ignored.
+Status ReadMetadata(const std::string& path, const json& entry,
+                    std::map<std::string, std::string>* metadata) {
+  if (!entry.is_object()) {
+    return InvalidArgument("{}: \"__metadata__\" is a JSON {}, not an object", path,
+                           entry.type_name());
+  }
+  for (const auto& [key, value] : entry.items()) {
+    if (const auto* s = value.get_ptr<const std::string*>()) (*metadata)[key] = *s;
+  }
+  return OkStatus();
+}
+
+// Every message about a tensor's entry names the file and the tensor.
+struct BadEntry {
+  const std::string& path;
+  const std::string& name;
+  Status operator()(const std::string& why) const {
+    return InvalidArgument("{}: tensor \"{}\": {}", path, name, why);
+  }
+};
+
+// A tensor's entry as read so far: {"dtype", "shape", "data_offsets"}.
+struct TensorEntry {
+  std::string dtype_name;  // as the header spells it
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  uint64_t nbytes = 0;          // numel * DTypeSize(dtype)
+  uint64_t begin = 0, end = 0;  // data_offsets, relative to the data area
+};
+
+Status ReadDType(const json& entry, const BadEntry& bad, TensorEntry* e) {
+  const auto dtype_it = entry.find("dtype");
+  if (dtype_it == entry.end()) return bad("missing \"dtype\"");
+  const auto* dtype_name = dtype_it->get_ptr<const std::string*>();
+  if (dtype_name == nullptr) {
+    return bad(fmt::format("\"dtype\" is a JSON {}, not a string", dtype_it->type_name()));
+  }
+  const std::optional<DType> dtype = ParseSafetensorsDType(*dtype_name);
+  if (!dtype) {
+    return bad(fmt::format("unknown dtype \"{}\" (known: {})", *dtype_name, KnownDTypeList()));
+  }
+  e->dtype_name = *dtype_name;
+  e->dtype = *dtype;
+  return OkStatus();
+}
+
+Status ReadShape(const json& entry, const BadEntry& bad, TensorEntry* e) {
+  const auto shape_it = entry.find("shape");
+  if (shape_it == entry.end()) return bad("missing \"shape\"");
+  if (!shape_it->is_array()) {
+    return bad(fmt::format("\"shape\" is a JSON {}, not an array", shape_it->type_name()));
+  }
+  // Tensor views hold at most kMaxTensorRank dimensions; a deeper tensor could not be viewed.
+  if (shape_it->size() > kMaxTensorRank) {
+    return bad(fmt::format("shape has rank {}, more than the supported {}", shape_it->size(),
+                           kMaxTensorRank));
+  }
+  for (size_t i = 0; i < shape_it->size(); ++i) {
+    const json& d = (*shape_it)[i];
+    int64_t dim = 0;
+    switch (ReadNonNegativeInt64(d, &dim)) {
+      case IntKind::kOk:
+        break;
+      case IntKind::kNegative:
+        return bad(fmt::format("shape dimension {} is negative ({})", i, Brief(d)));
+      case IntKind::kTooLarge:
+        return bad(fmt::format("shape dimension {} is too large ({})", i, Brief(d)));
+      case IntKind::kNotInteger:
+        return bad(fmt::format("shape dimension {} is not an integer ({})", i, Brief(d)));
+    }
+    e->shape.push_back(dim);
+  }
+  return OkStatus();
+}
+
+// The tensor's byte count, and a shape whose strides fit int64.
+Status CountBytes(const BadEntry& bad, TensorEntry* e) {
+  int64_t numel = 0;
+  // The product of the non-zero dimensions bounds the strides of a view; it must fit even when
+  // a zero dimension makes the tensor empty, or [0, 2^40, 2^40] would overflow in view().
+  std::vector<int64_t> nonzero;
+  for (int64_t d : e->shape) {
+    if (d != 0) nonzero.push_back(d);
+  }
+  int64_t nonzero_product = 0;
+  if (!CheckedNumel(e->shape, &numel) || !CheckedNumel(nonzero, &nonzero_product)) {
+    return bad(fmt::format("shape [{}] overflows int64", fmt::join(e->shape, ", ")));
+  }
+  if (__builtin_mul_overflow(static_cast<uint64_t>(numel), DTypeSize(e->dtype), &e->nbytes)) {
+    return bad(fmt::format("shape [{}] of {} overflows the byte count", fmt::join(e->shape, ", "),
+                           e->dtype_name));
+  }
+  return OkStatus();
+}
+
+// "data_offsets": exactly the tensor's bytes, inside the data area (data_size bytes).
+Status ReadDataOffsets(const json& entry, uint64_t data_size, const BadEntry& bad, TensorEntry* e) {
+  const auto offsets_it = entry.find("data_offsets");
+  if (offsets_it == entry.end()) return bad("missing \"data_offsets\"");
+  if (!offsets_it->is_array() || offsets_it->size() != 2 ||
+      !(*offsets_it)[0].is_number_unsigned() || !(*offsets_it)[1].is_number_unsigned()) {
+    return bad(fmt::format("\"data_offsets\" must be two non-negative integers, got {}",
+                           Brief(*offsets_it)));
+  }
+  const uint64_t begin = (*offsets_it)[0].get<uint64_t>();
+  const uint64_t end = (*offsets_it)[1].get<uint64_t>();
+  if (begin > end) {
+    return bad(fmt::format("data_offsets begin {} is after end {}", begin, end));
+  }
+  if (end - begin != e->nbytes) {
+    return bad(fmt::format("data_offsets [{}, {}) hold {} bytes, but {} [{}] needs {} bytes",
+                           begin, end, end - begin, e->dtype_name, fmt::join(e->shape, ", "),
+                           e->nbytes));
+  }
+  if (end > data_size) {
+    return bad(fmt::format("data_offsets end {} is past the end of the data area ({} bytes)", end,
+                           data_size));
+  }
+  e->begin = begin;
+  e->end = end;
+  return OkStatus();
+}
+
+// Validates the entry of tensor `name`; data_size: bytes of the data area.
+Result<TensorEntry> ParseTensorEntry(const std::string& path, const std::string& name,
+                                     const json& entry, uint64_t data_size) {
+  const BadEntry bad{path, name};
+  if (name.empty()) return InvalidArgument("{}: a tensor has an empty name", path);
+  if (!entry.is_object()) {
+    return bad(fmt::format("entry is a JSON {}, not an object", entry.type_name()));
+  }
+  TensorEntry e;
+  RETURN_IF_ERROR(ReadDType(entry, bad, &e));
+  RETURN_IF_ERROR(ReadShape(entry, bad, &e));
+  RETURN_IF_ERROR(CountBytes(bad, &e));
+  RETURN_IF_ERROR(ReadDataOffsets(entry, data_size, bad, &e));
+  return e;
+}
+
+// No two tensors may share bytes. Holes are tolerated; empty tensors occupy nothing (and have no
+// range).
+Status CheckNoOverlaps(const std::string& path, std::vector<Range> ranges,
+                       const std::vector<SafetensorsTensor>& tensors) {
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    // Sorted by begin and free of overlaps so far, so the previous range ends last.
+    const Range& prev = ranges[i - 1];
+    const Range& cur = ranges[i];
+    if (cur.begin < prev.end) {
+      return InvalidArgument("{}: tensors \"{}\" [{}, {}) and \"{}\" [{}, {}) overlap", path,
+                             tensors[prev.tensor].name, prev.begin, prev.end,
+                             tensors[cur.tensor].name, cur.begin, cur.end);
+    }
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 // ---- SafetensorsTensor ----
@@ -135,200 +382,35 @@ const SafetensorsTensor* SafetensorsFile::Find(std::string_view name) const {
 Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = path;
-
-  // ---- Map the file. ----
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) return NotFound("{}: no such file", path);
-    return IoError("{}: cannot open: {}", path, ErrnoMessage(err));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return IoError("{}: cannot stat: {}", path, ErrnoMessage(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return InvalidArgument("{}: not a regular file", path);
-  }
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
-  // Checked before mmap, which refuses a length of 0.
-  if (file_size < 8) {
-    ::close(fd);
-    return InvalidArgument("{}: file is {} bytes, shorter than the 8-byte header length", path,
-                           file_size);
-  }
-  void* map = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int mmap_err = errno;
-  ::close(fd);  // the mapping keeps the file alive
-  if (map == MAP_FAILED) return IoError("{}: cannot mmap: {}", path, ErrnoMessage(mmap_err));
-  file->map_ = map;  // from here on the destructor unmaps, also on every error return
-  file->map_size_ = file_size;
-  const auto* base = static_cast<const std::byte*>(map);
-
-  // ---- Header length: u64 little-endian, whatever the host's byte order. ----
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<uint8_t>(base[i]);
-  if (header_len == 0) return InvalidArgument("{}: header length is 0", path);
-  if (header_len > file_size - 8) {
-    return InvalidArgument("{}: header length {} runs past the end of the file ({} bytes)", path,
-                           header_len, file_size);
-  }
-  if (header_len > kMaxHeaderBytes) {
-    return InvalidArgument("{}: header length {} exceeds the limit of {} bytes", path, header_len,
-                           kMaxHeaderBytes);
-  }
-  const uint64_t data_size = file_size - 8 - header_len;
+  ASSIGN_OR_RETURN(const Mapping map, MapFile(path));
+  file->map_ = map.data;  // from here on the destructor unmaps, also on every error return
+  file->map_size_ = map.size;
+  const auto* base = static_cast<const std::byte*>(map.data);
+  ASSIGN_OR_RETURN(const uint64_t header_len, ReadHeaderLength(path, base, map.size));
+  const uint64_t data_size = map.size - 8 - header_len;
   const std::byte* data = base + 8 + header_len;
+  ASSIGN_OR_RETURN(const Header header,
+                   ParseHeader(path, reinterpret_cast<const char*>(base + 8), header_len));
 
-  // ---- Parse the JSON, keeping the header order and catching duplicate names. ----
-  std::vector<std::string> names;
-  std::unordered_set<std::string> seen;
-  std::optional<std::string> duplicate;
-  json header;
-  const char* text = reinterpret_cast<const char*>(base + 8);
-  RETURN_IF_ERROR(ParseJson(
-      path, "header", text, text + header_len,
-      [&](int depth, const std::string& key) {
-        if (depth != 1) return;
-        if (seen.insert(key).second) {
-          names.push_back(key);
-        } else if (!duplicate) {
-          duplicate = key;
-        }
-      },
-      &header));
-  if (!header.is_object()) {
-    return InvalidArgument("{}: header is a JSON {}, not a JSON object", path, header.type_name());
-  }
-  if (duplicate) return InvalidArgument("{}: duplicate tensor name \"{}\"", path, *duplicate);
-
-  // ---- Validate every entry. ----
   std::vector<SafetensorsTensor>& tensors = file->tensors_;
   std::vector<Range> ranges;
-  tensors.reserve(names.size());
-  for (const std::string& name : names) {
-    const json& entry = *header.find(name);
+  tensors.reserve(header.names.size());
+  for (const std::string& name : header.names) {
+    const json& entry = *header.object.find(name);
     if (name == "__metadata__") {
-      if (!entry.is_object()) {
-        return InvalidArgument("{}: \"__metadata__\" is a JSON {}, not an object", path,
-                               entry.type_name());
-      }
-      // Only string values are metadata by the format; others are tolerated and ignored.
-      for (const auto& [key, value] : entry.items()) {
-        if (const auto* s = value.get_ptr<const std::string*>()) file->metadata_[key] = *s;
-      }
+      RETURN_IF_ERROR(ReadMetadata(path, entry, &file->metadata_));
       continue;
     }
-    // Every message below names the file and the tensor.
-    auto bad = [&](const std::string& why) {
-      return InvalidArgument("{}: tensor \"{}\": {}", path, name, why);
-    };
-    if (name.empty()) return InvalidArgument("{}: a tensor has an empty name", path);
-    if (!entry.is_object()) {
-      return bad(fmt::format("entry is a JSON {}, not an object", entry.type_name()));
-    }
-
-    const auto dtype_it = entry.find("dtype");
-    if (dtype_it == entry.end()) return bad("missing \"dtype\"");
-    const auto* dtype_name = dtype_it->get_ptr<const std::string*>();
-    if (dtype_name == nullptr) {
-      return bad(fmt::format("\"dtype\" is a JSON {}, not a string", dtype_it->type_name()));
-    }
-    const std::optional<DType> dtype = ParseSafetensorsDType(*dtype_name);
-    if (!dtype) {
-      return bad(fmt::format("unknown dtype \"{}\" (known: {})", *dtype_name, KnownDTypeList()));
-    }
-
-    const auto shape_it = entry.find("shape");
-    if (shape_it == entry.end()) return bad("missing \"shape\"");
-    if (!shape_it->is_array()) {
-      return bad(fmt::format("\"shape\" is a JSON {}, not an array", shape_it->type_name()));
-    }
-    // Tensor views hold at most kMaxTensorRank dimensions; a deeper tensor could not be viewed.
-    if (shape_it->size() > kMaxTensorRank) {
-      return bad(fmt::format("shape has rank {}, more than the supported {}", shape_it->size(),
-                             kMaxTensorRank));
-    }
-    std::vector<int64_t> shape;
-    for (size_t i = 0; i < shape_it->size(); ++i) {
-      const json& d = (*shape_it)[i];
-      int64_t dim = 0;
-      switch (ReadNonNegativeInt64(d, &dim)) {
-        case IntKind::kOk:
-          break;
-        case IntKind::kNegative:
-          return bad(fmt::format("shape dimension {} is negative ({})", i, Brief(d)));
-        case IntKind::kTooLarge:
-          return bad(fmt::format("shape dimension {} is too large ({})", i, Brief(d)));
-        case IntKind::kNotInteger:
-          return bad(fmt::format("shape dimension {} is not an integer ({})", i, Brief(d)));
-      }
-      shape.push_back(dim);
-    }
-    int64_t numel = 0;
-    // The product of the non-zero dimensions bounds the strides of a view; it must fit even when
-    // a zero dimension makes the tensor empty, or [0, 2^40, 2^40] would overflow in view().
-    std::vector<int64_t> nonzero;
-    for (int64_t d : shape) {
-      if (d != 0) nonzero.push_back(d);
-    }
-    int64_t nonzero_product = 0;
-    if (!CheckedNumel(shape, &numel) || !CheckedNumel(nonzero, &nonzero_product)) {
-      return bad(fmt::format("shape [{}] overflows int64", fmt::join(shape, ", ")));
-    }
-    uint64_t nbytes = 0;
-    if (__builtin_mul_overflow(static_cast<uint64_t>(numel), DTypeSize(*dtype), &nbytes)) {
-      return bad(fmt::format("shape [{}] of {} overflows the byte count", fmt::join(shape, ", "),
-                             *dtype_name));
-    }
-
-    const auto offsets_it = entry.find("data_offsets");
-    if (offsets_it == entry.end()) return bad("missing \"data_offsets\"");
-    if (!offsets_it->is_array() || offsets_it->size() != 2 ||
-        !(*offsets_it)[0].is_number_unsigned() || !(*offsets_it)[1].is_number_unsigned()) {
-      return bad(fmt::format("\"data_offsets\" must be two non-negative integers, got {}",
-                             Brief(*offsets_it)));
-    }
-    const uint64_t begin = (*offsets_it)[0].get<uint64_t>();
-    const uint64_t end = (*offsets_it)[1].get<uint64_t>();
-    if (begin > end) {
-      return bad(fmt::format("data_offsets begin {} is after end {}", begin, end));
-    }
-    if (end - begin != nbytes) {
-      return bad(fmt::format("data_offsets [{}, {}) hold {} bytes, but {} [{}] needs {} bytes",
-                             begin, end, end - begin, *dtype_name, fmt::join(shape, ", "), nbytes));
-    }
-    if (end > data_size) {
-      return bad(fmt::format("data_offsets end {} is past the end of the data area ({} bytes)", end,
-                             data_size));
-    }
-
-    if (begin != end) ranges.push_back({begin, end, tensors.size()});
+    ASSIGN_OR_RETURN(TensorEntry e, ParseTensorEntry(path, name, entry, data_size));
+    if (e.begin != e.end) ranges.push_back({e.begin, e.end, tensors.size()});
     SafetensorsTensor& t = tensors.emplace_back();
     t.name = name;
-    t.dtype = *dtype;
-    t.shape = std::move(shape);
-    t.bytes = std::span<const std::byte>(data + begin, static_cast<size_t>(nbytes));
+    t.dtype = e.dtype;
+    t.shape = std::move(e.shape);
+    t.bytes = std::span<const std::byte>(data + e.begin, static_cast<size_t>(e.nbytes));
     t.file = path;
   }
-
-  // ---- No two tensors may share bytes. Holes are tolerated; empty tensors occupy nothing. ----
-  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
-  for (size_t i = 1; i < ranges.size(); ++i) {
-    // Sorted by begin and free of overlaps so far, so the previous range ends last.
-    const Range& prev = ranges[i - 1];
-    const Range& cur = ranges[i];
-    if (cur.begin < prev.end) {
-      return InvalidArgument("{}: tensors \"{}\" [{}, {}) and \"{}\" [{}, {}) overlap", path,
-                             tensors[prev.tensor].name, prev.begin, prev.end,
-                             tensors[cur.tensor].name, cur.begin, cur.end);
-    }
-  }
+  RETURN_IF_ERROR(CheckNoOverlaps(path, std::move(ranges), tensors));
 
   for (size_t i = 0; i < tensors.size(); ++i) file->index_.emplace(tensors[i].name, i);
   return file;

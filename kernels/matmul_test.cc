@@ -255,7 +255,7 @@ HWY_NOINLINE void TestMatMulMatchesReference() {
   uint32_t seed = 1;
   int cases = 0;
   for (DType dtype : kWeightDTypes) {
-    // M = 1..3, 4, 5 and more take the four tile shapes of the AVX-512 path (matmul-inl.h).
+    // M = 1..3, 4, 5 and more take the four tile shapes of the AVX-512 path (matmul_common-inl.h).
     for (int64_t M : {1, 2, 3, 4, 5, 16, 37}) {
       for (int64_t N : {1, 3, 4, 7, 64, 129}) {
         for (int64_t K : {1, 7, 8, 15, 16, 31, 32, 64, 100, 128, 257, 640, 2048}) {

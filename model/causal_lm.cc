@@ -10,6 +10,7 @@
 #include "kernels/gated_delta_rule.h"
 #include "kernels/matmul.h"
 #include "kernels/norms.h"
+#include "model/decoder_layer.h"
 
 namespace moeserve::model {
 

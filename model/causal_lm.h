@@ -12,7 +12,7 @@
 #include "core/thread_pool.h"
 #include "io/model_config.h"
 #include "model/cache.h"
-#include "model/layers.h"
+#include "model/layer_context.h"
 #include "model/shard.h"
 #include "model/weights.h"
 #include "parallel/communicator.h"

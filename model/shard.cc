@@ -76,7 +76,7 @@ Result<ShardLayout> MakeShardLayout(const io::ModelConfig& g, const ShardSpec& s
     }
     c.moe_intermediate_size = s.moe.count;
     // The shared expert: split by width under plain TP; whole on every rank under --ep, where
-    // each rank runs it for the tokens it owns (layers.h).
+    // every rank runs it for every token (model/moe.cc).
     s.shared = Range{0, g.shared_expert_intermediate_size};
     if (g.shared_expert_intermediate_size > 0 && !spec.expert_parallel) {
       ASSIGN_OR_RETURN(s.shared, Split(g.shared_expert_intermediate_size, tp, r,

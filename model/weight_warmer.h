@@ -1,9 +1,10 @@
 // Case study #12 on CPU ranks: a rank that waits in a collective -- for its peers, or for the
 // link (MPI, --comm-sim) -- pulls the weights it reads next into its caches meanwhile, so the
 // matmuls after the collective start on warm lines instead of idle cycles being followed by cold
-// DRAM streams. DecoderLayer (model/layers.cc) sets what to warm: during the mixer (attention /
-// GDN) and its reduction, the MoE's router and shared expert (or the dense MLP's gate_up); during
-// the MoE and its reduction, the next layer's input projections, after the last layer lm_head.
+// DRAM streams. DecoderLayer (model/decoder_layer.cc) sets what to warm: during the mixer
+// (attention / GDN) and its reduction, the MoE's router and shared expert (or the dense MLP's
+// gate_up); during the MoE and its reduction, the next layer's input projections, after the last
+// layer lm_head.
 // ForwardOptions::warm_next_weights, off with --no-weight-prefetch. Results never depend on it.
 #pragma once
 

@@ -135,6 +135,283 @@ DType ChooseMatrixDType(const std::vector<ResolvedTensor>& tensors) {
   return DType::kF32;
 }
 
+// The loader's phases, in order (LoadWeights).
+
+Status CheckFloatDTypes(const std::vector<ResolvedTensor>& tensors) {
+  for (const ResolvedTensor& t : tensors) {
+    if (!IsFloatDType(t.stored->dtype)) {
+      return Unimplemented("tensor '{}' in {} has dtype {}; moeserve loads bf16, f16 and f32",
+                           t.spec.name, t.stored->file, DTypeName(t.stored->dtype));
+    }
+  }
+  return OkStatus();
+}
+
+// The requested matrix dtype (nullopt: as the checkpoint's matrices) and the base dtype.
+Result<MatrixFormat> ChooseMatrixFormat(const std::vector<ResolvedTensor>& tensors,
+                                        std::optional<DType> matrix_dtype) {
+  const DType requested = matrix_dtype.value_or(ChooseMatrixDType(tensors));
+  if (requested != DType::kBF16 && requested != DType::kF32 && !IsPackedDType(requested)) {
+    return InvalidArgument("weight dtype {} is not supported (bf16, f32, int8 or int4)",
+                           DTypeName(requested));
+  }
+  // Packed formats keep what they cannot hold (routers, embeddings, int4's odd widths) in the
+  // checkpoint's own precision.
+  return MatrixFormat{requested, IsPackedDType(requested) ? ChooseMatrixDType(tensors) : requested};
+}
+
+void AllocateLayers(const io::ModelConfig& c, const ShardLayout& shard, const MatrixFormat& format,
+                    ModelWeights& w) {
+  w.layers.resize(c.num_hidden_layers);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    AllocateLayer(shard, format, c.layer_types[i], c.IsMoeLayer(i), &w.layers[i]);
+  }
+  w.mtp.layers.resize(c.num_mtp_layers);
+  for (DecoderLayerWeights& layer : w.mtp.layers) {
+    AllocateLayer(shard, format, io::LayerType::kFullAttention, c.num_experts > 0, &layer);
+  }
+}
+
+// This rank's slices of the checkpoint's attention and GDN tensors (shard.h): the source rows it
+// keeps and where they go in its concatenated matrices.
+struct RankSlices {
+  int64_t q_rows = 0, kv_rows = 0;  // local rows of the qkv matrix: its q part, its k (or v) part
+  std::vector<int64_t> q_src, kv_src;  // their source rows
+  Range o_cols;                        // o_proj's columns
+  // The [q | k | v] rows of GDN's split layout [q | k | v | z] this rank keeps (its conv
+  // channels), and the source row of each [q | k | v | z] / [b | a] row it keeps.
+  std::vector<int64_t> qkv_local;
+  std::vector<int64_t> qkvz_src, ba_src;
+  Range gdn_v;           // value channels: z rows, out_proj's columns
+  int64_t nv_local = 0;  // value heads
+};
+
+RankSlices SliceTensors(const io::ModelConfig& c, const ShardLayout& shard) {
+  const io::ModelConfig& local = shard.local;
+  RankSlices s;
+  const int64_t hd = c.head_dim;
+  const int64_t q_stride = c.attn_output_gate ? 2 * hd : hd;
+  s.q_rows = local.num_attention_heads * q_stride;
+  s.kv_rows = local.num_key_value_heads * hd;
+  s.q_src = Rows({{shard.q_heads.begin * q_stride, s.q_rows}});
+  s.kv_src = Rows({{shard.kv_heads.begin * hd, s.kv_rows}});
+  s.o_cols = {shard.q_heads.begin * hd, shard.q_heads.count * hd};
+
+  const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
+  const int64_t key_dim = c.linear_key_dim(), value_dim = c.linear_value_dim();
+  const int64_t nv = c.linear_num_value_heads;
+  s.nv_local = local.linear_num_value_heads;
+  const Range gdn_k{shard.gdn_key_heads.begin * dk, shard.gdn_key_heads.count * dk};
+  s.gdn_v = {shard.gdn_value_heads.begin * dv, shard.gdn_value_heads.count * dv};
+  s.qkv_local = Rows({gdn_k, {key_dim + gdn_k.begin, gdn_k.count},
+                      {2 * key_dim + s.gdn_v.begin, s.gdn_v.count}});
+  std::vector<int64_t> qkvz_local = s.qkv_local;
+  for (int64_t i : Rows({s.gdn_v}, 2 * key_dim + value_dim)) qkvz_local.push_back(i);
+  const std::vector<int64_t> ba_local =
+      Rows({shard.gdn_value_heads, {nv + shard.gdn_value_heads.begin, s.nv_local}});
+  // Qwen3-Next's interleaved rows: the source row of each split-layout row.
+  s.qkvz_src = qkvz_local;
+  s.ba_src = ba_local;
+  if (c.architecture == io::Architecture::kQwen3Next) {
+    const std::vector<int64_t> qkvz_rows = qwen3_next::QkvzSourceRows(c);
+    const std::vector<int64_t> ba_rows = qwen3_next::BaSourceRows(c);
+    for (int64_t& r : s.qkvz_src) r = qkvz_rows[r];
+    for (int64_t& r : s.ba_src) r = ba_rows[r];
+  }
+  return s;
+}
+
+// A model that takes more than a second to load reports its progress, about once a second
+// (rank 0 only): the checkpoint's bytes read so far.
+class LoadProgress {
+ public:
+  LoadProgress(const std::vector<ResolvedTensor>& tensors, bool report) : report_(report) {
+    for (const ResolvedTensor& rt : tensors) total_bytes_ += rt.stored->bytes.size();
+    watch_.Reset();
+  }
+
+  // Before tensor t is copied: reports if a report is due, then counts t as read.
+  void Next(const SafetensorsTensor& t) {
+    if (report_ && watch_.ElapsedSeconds() >= next_report_s_) {
+      LogInfo("loading weights: {:.0f} % ({:.2f} of {:.2f} GB, {:.0f} s)",
+              100.0 * static_cast<double>(done_bytes_) / static_cast<double>(total_bytes_),
+              static_cast<double>(done_bytes_) * 1e-9, static_cast<double>(total_bytes_) * 1e-9,
+              watch_.ElapsedSeconds());
+      next_report_s_ = watch_.ElapsedSeconds() + 1.0;
+    }
+    done_bytes_ += t.bytes.size();
+  }
+
+ private:
+  const bool report_;
+  size_t total_bytes_ = 0, done_bytes_ = 0;
+  Stopwatch watch_;
+  double next_report_s_ = 1.0;
+};
+
+// One checkpoint tensor and the copies the weights take of it (in the load's matrix format).
+class TensorSource {
+ public:
+  TensorSource(const ResolvedTensor& rt, const MatrixFormat& format)
+      : spec_(rt.spec), src_(*rt.stored), format_(format), cols_(rt.spec.shape.back()) {}
+
+  const CheckpointTensor& spec() const { return spec_; }
+
+  // Rows `rows` (all columns, or `col_range`) as a new matrix.
+  OwnedTensor Matrix(const std::vector<int64_t>& rows, Range col_range) const {
+    OwnedTensor m =
+        NewMatrix(format_, spec_.role, static_cast<int64_t>(rows.size()), col_range.count);
+    CopyBlock(src_, cols_, rows, col_range, m.view(), 0);
+    return m;
+  }
+  OwnedTensor Whole() const { return Matrix(Rows({{0, spec_.shape[0]}}), Range{0, cols_}); }
+  // Source rows `rows` (all columns) into dst from dst_row.
+  void IntoRows(const OwnedTensor& dst, const std::vector<int64_t>& rows, int64_t dst_row) const {
+    CopyBlock(src_, cols_, rows, Range{0, cols_}, dst.view(), dst_row);
+  }
+  // Columns `col_range` of the source rows `rows` as the whole of dst.
+  void IntoMatrix(const OwnedTensor& dst, const std::vector<int64_t>& rows, Range col_range) const {
+    CopyBlock(src_, cols_, rows, col_range, dst.view(), 0);
+  }
+  // The entries `at` into dst from offset.
+  void Bias(const std::vector<int64_t>& at, std::vector<float>& dst, int64_t offset) const {
+    const std::vector<float> b = Gather(ToF32(src_), at);
+    std::copy(b.begin(), b.end(), dst.begin() + offset);
+  }
+  std::vector<float> F32() const { return ToF32(src_); }
+  std::vector<float> Norm() const { return NormWeight(spec_, src_); }
+
+ private:
+  const CheckpointTensor& spec_;
+  const SafetensorsTensor& src_;
+  const MatrixFormat& format_;
+  const int64_t cols_;
+};
+
+// The conv weight [conv_dim, 1, Kc] -> [Kc][local conv_dim] over this rank's channels, so the
+// per-token conv runs across channels.
+std::vector<float> TransposedConv(const TensorSource& t, const std::vector<int64_t>& channels) {
+  const std::vector<float> conv = t.F32();
+  const int64_t C = static_cast<int64_t>(channels.size()), K = t.spec().shape[2];
+  std::vector<float> out(C * K);
+  for (int64_t ch = 0; ch < C; ++ch) {
+    for (int64_t j = 0; j < K; ++j) out[j * C + ch] = conv[channels[ch] * K + j];
+  }
+  return out;
+}
+
+// Copies tensor t into its place in w: one case per role of the walk (checkpoint_layout.h), so
+// the compiler checks every role has one.
+void PlaceTensor(const TensorSource& t, const io::ModelConfig& c, const ShardLayout& shard,
+                 const RankSlices& s, ModelWeights& w) {
+  const CheckpointTensor& spec = t.spec();
+  DecoderLayerWeights* layer = nullptr;
+  if (spec.layer >= 0) layer = spec.mtp ? &w.mtp.layers[spec.layer] : &w.layers[spec.layer];
+  const int64_t H = c.hidden_size, I = c.moe_intermediate_size;
+  const bool rank0 = shard.spec.rank == 0;
+  // Rows of an expert's [gate | up] (2 I rows) this rank keeps: its slice of each half.
+  auto gate_up_rows = [](Range slice, int64_t width, int64_t offset) {
+    return Rows({slice, {width + slice.begin, slice.count}}, offset);
+  };
+  switch (spec.role) {
+    case TensorRole::kEmbedding: w.embedding = t.Matrix(Rows({shard.vocab}), {0, H}); break;
+    case TensorRole::kFinalNorm: w.final_norm = t.Norm(); break;
+    case TensorRole::kLmHead: w.lm_head = t.Matrix(Rows({shard.vocab}), {0, H}); break;
+    case TensorRole::kInputNorm: layer->input_norm = t.Norm(); break;
+    case TensorRole::kPostAttentionNorm: layer->post_attention_norm = t.Norm(); break;
+
+    case TensorRole::kQProj: t.IntoRows(layer->attention.qkv, s.q_src, 0); break;
+    case TensorRole::kKProj: t.IntoRows(layer->attention.qkv, s.kv_src, s.q_rows); break;
+    case TensorRole::kVProj:
+      t.IntoRows(layer->attention.qkv, s.kv_src, s.q_rows + s.kv_rows);
+      break;
+    case TensorRole::kOProj: layer->attention.o_proj = t.Matrix(Rows({{0, H}}), s.o_cols); break;
+    case TensorRole::kQBias: t.Bias(s.q_src, layer->attention.qkv_bias, 0); break;
+    case TensorRole::kKBias: t.Bias(s.kv_src, layer->attention.qkv_bias, s.q_rows); break;
+    case TensorRole::kVBias:
+      t.Bias(s.kv_src, layer->attention.qkv_bias, s.q_rows + s.kv_rows);
+      break;
+    case TensorRole::kOBias:  // added once: by rank 0, before the all-reduce
+      if (rank0) layer->attention.o_bias = t.F32();
+      break;
+    case TensorRole::kQNorm: layer->attention.q_norm = t.Norm(); break;
+    case TensorRole::kKNorm: layer->attention.k_norm = t.Norm(); break;
+
+    case TensorRole::kGdnInProjQkvz: t.IntoRows(layer->gdn.in_proj_qkvz, s.qkvz_src, 0); break;
+    case TensorRole::kGdnInProjBa: t.IntoRows(layer->gdn.in_proj_ba, s.ba_src, 0); break;
+    case TensorRole::kGdnInProjQkv: t.IntoRows(layer->gdn.in_proj_qkvz, s.qkv_local, 0); break;
+    case TensorRole::kGdnInProjZ:
+      t.IntoRows(layer->gdn.in_proj_qkvz, Rows({s.gdn_v}),
+                 static_cast<int64_t>(s.qkv_local.size()));
+      break;
+    case TensorRole::kGdnInProjB:
+      t.IntoRows(layer->gdn.in_proj_ba, Rows({shard.gdn_value_heads}), 0);
+      break;
+    case TensorRole::kGdnInProjA:
+      t.IntoRows(layer->gdn.in_proj_ba, Rows({shard.gdn_value_heads}), s.nv_local);
+      break;
+    case TensorRole::kGdnConv: layer->gdn.conv = TransposedConv(t, s.qkv_local); break;
+    case TensorRole::kGdnDtBias:
+      layer->gdn.dt_bias = Gather(t.F32(), Rows({shard.gdn_value_heads}));
+      break;
+    case TensorRole::kGdnALog:
+      layer->gdn.neg_exp_a = Gather(t.F32(), Rows({shard.gdn_value_heads}));
+      for (float& a : layer->gdn.neg_exp_a) a = -std::exp(a);
+      break;
+    case TensorRole::kGdnNorm: layer->gdn.norm = t.Norm(); break;
+    case TensorRole::kGdnOutProj: layer->gdn.out_proj = t.Matrix(Rows({{0, H}}), s.gdn_v); break;
+
+    case TensorRole::kRouter: layer->experts.router = t.Whole(); break;
+    case TensorRole::kExpertGate:
+      if (shard.holds_expert(spec.expert)) {
+        t.IntoRows(layer->experts.experts[spec.expert].gate_up, Rows({shard.moe}), 0);
+      }
+      break;
+    case TensorRole::kExpertUp:
+      if (shard.holds_expert(spec.expert)) {
+        t.IntoRows(layer->experts.experts[spec.expert].gate_up, Rows({shard.moe}),
+                   shard.moe.count);
+      }
+      break;
+    case TensorRole::kExpertDown:
+      if (shard.holds_expert(spec.expert)) {
+        t.IntoMatrix(layer->experts.experts[spec.expert].down, Rows({{0, H}}), shard.moe);
+      }
+      break;
+    case TensorRole::kExpertsGateUp:  // [E, 2I, H]: rows [0, I) gate, [I, 2I) up
+      for (int64_t e = shard.experts.begin; e < shard.experts.end(); ++e) {
+        t.IntoRows(layer->experts.experts[e].gate_up, gate_up_rows(shard.moe, I, e * 2 * I), 0);
+      }
+      break;
+    case TensorRole::kExpertsDown:  // [E, H, I]
+      for (int64_t e = shard.experts.begin; e < shard.experts.end(); ++e) {
+        t.IntoMatrix(layer->experts.experts[e].down, Rows({{0, H}}, e * H), shard.moe);
+      }
+      break;
+    case TensorRole::kSharedExpertGate:
+      t.IntoRows(layer->experts.shared.gate_up, Rows({shard.shared}), 0);
+      break;
+    case TensorRole::kSharedExpertUp:
+      t.IntoRows(layer->experts.shared.gate_up, Rows({shard.shared}), shard.shared.count);
+      break;
+    case TensorRole::kSharedExpertDown:
+      layer->experts.shared.down = t.Matrix(Rows({{0, H}}), shard.shared);
+      break;
+    case TensorRole::kSharedExpertGateScalar: layer->experts.shared_gate = t.F32(); break;
+
+    case TensorRole::kMlpGate: t.IntoRows(layer->mlp.gate_up, Rows({shard.mlp}), 0); break;
+    case TensorRole::kMlpUp:
+      t.IntoRows(layer->mlp.gate_up, Rows({shard.mlp}), shard.mlp.count);
+      break;
+    case TensorRole::kMlpDown: layer->mlp.down = t.Matrix(Rows({{0, H}}), shard.mlp); break;
+
+    case TensorRole::kMtpFc: w.mtp.fc = t.Whole(); break;
+    case TensorRole::kMtpPreFcNormEmbedding: w.mtp.pre_fc_norm_embedding = t.Norm(); break;
+    case TensorRole::kMtpPreFcNormHidden: w.mtp.pre_fc_norm_hidden = t.Norm(); break;
+    case TensorRole::kMtpNorm: w.mtp.norm = t.Norm(); break;
+  }
+}
+
 }  // namespace
 
 DType MatrixDType(DType requested, DType base, TensorRole role, int64_t cols) {
@@ -166,216 +443,17 @@ Result<ModelWeights> LoadWeights(const io::ModelConfig& c, const ShardLayout& sh
                                  const io::SafetensorsCheckpoint& checkpoint,
                                  std::optional<DType> matrix_dtype) {
   ASSIGN_OR_RETURN(std::vector<ResolvedTensor> tensors, ResolveCheckpoint(c, checkpoint));
-  for (const ResolvedTensor& t : tensors) {
-    if (!IsFloatDType(t.stored->dtype)) {
-      return Unimplemented("tensor '{}' in {} has dtype {}; moeserve loads bf16, f16 and f32",
-                           t.spec.name, t.stored->file, DTypeName(t.stored->dtype));
-    }
-  }
+  RETURN_IF_ERROR(CheckFloatDTypes(tensors));
+  ASSIGN_OR_RETURN(const MatrixFormat format, ChooseMatrixFormat(tensors, matrix_dtype));
   ModelWeights w;
-  w.matrix_dtype = matrix_dtype.value_or(ChooseMatrixDType(tensors));
-  if (w.matrix_dtype != DType::kBF16 && w.matrix_dtype != DType::kF32 &&
-      !IsPackedDType(w.matrix_dtype)) {
-    return InvalidArgument("weight dtype {} is not supported (bf16, f32, int8 or int4)",
-                           DTypeName(w.matrix_dtype));
-  }
-  // Packed formats keep what they cannot hold (routers, embeddings, int4's odd widths) in the
-  // checkpoint's own precision.
-  w.base_dtype = IsPackedDType(w.matrix_dtype) ? ChooseMatrixDType(tensors) : w.matrix_dtype;
-  const MatrixFormat format{w.matrix_dtype, w.base_dtype};
-  w.layers.resize(c.num_hidden_layers);
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    AllocateLayer(shard, format, c.layer_types[i], c.IsMoeLayer(i), &w.layers[i]);
-  }
-  w.mtp.layers.resize(c.num_mtp_layers);
-  for (DecoderLayerWeights& layer : w.mtp.layers) {
-    AllocateLayer(shard, format, io::LayerType::kFullAttention, c.num_experts > 0, &layer);
-  }
-
-  // Global sizes, and this rank's slices of them (shard.h).
-  const io::ModelConfig& local = shard.local;
-  const int64_t H = c.hidden_size, hd = c.head_dim;
-  const int64_t q_stride = c.attn_output_gate ? 2 * hd : hd;
-  const int64_t q_rows = local.num_attention_heads * q_stride;  // local rows of the qkv matrix
-  const int64_t kv_rows = local.num_key_value_heads * hd;
-  const std::vector<int64_t> q_src = Rows({{shard.q_heads.begin * q_stride, q_rows}});
-  const std::vector<int64_t> kv_src = Rows({{shard.kv_heads.begin * hd, kv_rows}});
-  const Range o_cols{shard.q_heads.begin * hd, shard.q_heads.count * hd};
-  const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
-  const int64_t key_dim = c.linear_key_dim(), value_dim = c.linear_value_dim();
-  const int64_t nv = c.linear_num_value_heads, nv_local = local.linear_num_value_heads;
-  const Range gdn_k{shard.gdn_key_heads.begin * dk, shard.gdn_key_heads.count * dk};
-  const Range gdn_v{shard.gdn_value_heads.begin * dv, shard.gdn_value_heads.count * dv};
-  // Rows of the split layout [q | k | v | z] and [b | a] this rank keeps; the conv channels are
-  // the [q | k | v] part.
-  const std::vector<int64_t> qkv_local = Rows({gdn_k, {key_dim + gdn_k.begin, gdn_k.count},
-                                               {2 * key_dim + gdn_v.begin, gdn_v.count}});
-  std::vector<int64_t> qkvz_local = qkv_local;
-  for (int64_t i : Rows({gdn_v}, 2 * key_dim + value_dim)) qkvz_local.push_back(i);
-  const std::vector<int64_t> ba_local =
-      Rows({shard.gdn_value_heads, {nv + shard.gdn_value_heads.begin, nv_local}});
-  // Qwen3-Next's interleaved rows: the source row of each split-layout row.
-  std::vector<int64_t> qkvz_src = qkvz_local, ba_src = ba_local;
-  if (c.architecture == io::Architecture::kQwen3Next) {
-    const std::vector<int64_t> qkvz_rows = qwen3_next::QkvzSourceRows(c);
-    const std::vector<int64_t> ba_rows = qwen3_next::BaSourceRows(c);
-    for (int64_t& r : qkvz_src) r = qkvz_rows[r];
-    for (int64_t& r : ba_src) r = ba_rows[r];
-  }
-  const int64_t I = c.moe_intermediate_size;
-  // Rows of an expert's [gate | up] (2 I rows) this rank keeps: its slice of each half.
-  auto gate_up_rows = [](Range slice, int64_t width, int64_t offset) {
-    return Rows({slice, {width + slice.begin, slice.count}}, offset);
-  };
-  const bool rank0 = shard.spec.rank == 0;
-
-  // A model that takes more than a second to load reports its progress, about once a second
-  // (rank 0 only): the checkpoint's bytes read so far.
-  size_t total_bytes = 0, done_bytes = 0;
-  for (const ResolvedTensor& rt : tensors) total_bytes += rt.stored->bytes.size();
-  const Stopwatch load_watch;
-  double next_report_s = 1.0;
+  w.matrix_dtype = format.requested;
+  w.base_dtype = format.base;
+  AllocateLayers(c, shard, format, w);
+  const RankSlices slices = SliceTensors(c, shard);
+  LoadProgress progress(tensors, /*report=*/shard.spec.rank == 0);
   for (const ResolvedTensor& rt : tensors) {
-    const CheckpointTensor& spec = rt.spec;
-    const SafetensorsTensor& src = *rt.stored;
-    if (rank0 && load_watch.ElapsedSeconds() >= next_report_s) {
-      LogInfo("loading weights: {:.0f} % ({:.2f} of {:.2f} GB, {:.0f} s)",
-              100.0 * static_cast<double>(done_bytes) / static_cast<double>(total_bytes),
-              static_cast<double>(done_bytes) * 1e-9, static_cast<double>(total_bytes) * 1e-9,
-              load_watch.ElapsedSeconds());
-      next_report_s = load_watch.ElapsedSeconds() + 1.0;
-    }
-    done_bytes += src.bytes.size();
-    DecoderLayerWeights* layer = nullptr;
-    if (spec.layer >= 0) layer = spec.mtp ? &w.mtp.layers[spec.layer] : &w.layers[spec.layer];
-    const int64_t cols = spec.shape.back();
-    // Rows `rows` (all columns, or `col_range`) as a new matrix.
-    auto matrix = [&](const std::vector<int64_t>& rows, Range col_range) {
-      OwnedTensor m =
-          NewMatrix(format, spec.role, static_cast<int64_t>(rows.size()), col_range.count);
-      CopyBlock(src, cols, rows, col_range, m.view(), 0);
-      return m;
-    };
-    auto whole = [&]() { return matrix(Rows({{0, spec.shape[0]}}), Range{0, cols}); };
-    // Source rows `rows` (all columns) into dst from dst_row.
-    auto into_rows = [&](const OwnedTensor& dst, const std::vector<int64_t>& rows,
-                         int64_t dst_row) {
-      CopyBlock(src, cols, rows, Range{0, cols}, dst.view(), dst_row);
-    };
-    auto bias = [&](const std::vector<int64_t>& at, std::vector<float>& dst, int64_t offset) {
-      const std::vector<float> b = Gather(ToF32(src), at);
-      std::copy(b.begin(), b.end(), dst.begin() + offset);
-    };
-    switch (spec.role) {
-      case TensorRole::kEmbedding: w.embedding = matrix(Rows({shard.vocab}), {0, H}); break;
-      case TensorRole::kFinalNorm: w.final_norm = NormWeight(spec, src); break;
-      case TensorRole::kLmHead: w.lm_head = matrix(Rows({shard.vocab}), {0, H}); break;
-      case TensorRole::kInputNorm: layer->input_norm = NormWeight(spec, src); break;
-      case TensorRole::kPostAttentionNorm:
-        layer->post_attention_norm = NormWeight(spec, src);
-        break;
-
-      case TensorRole::kQProj: into_rows(layer->attention.qkv, q_src, 0); break;
-      case TensorRole::kKProj: into_rows(layer->attention.qkv, kv_src, q_rows); break;
-      case TensorRole::kVProj: into_rows(layer->attention.qkv, kv_src, q_rows + kv_rows); break;
-      case TensorRole::kOProj: layer->attention.o_proj = matrix(Rows({{0, H}}), o_cols); break;
-      case TensorRole::kQBias: bias(q_src, layer->attention.qkv_bias, 0); break;
-      case TensorRole::kKBias: bias(kv_src, layer->attention.qkv_bias, q_rows); break;
-      case TensorRole::kVBias: bias(kv_src, layer->attention.qkv_bias, q_rows + kv_rows); break;
-      case TensorRole::kOBias:  // added once: by rank 0, before the all-reduce
-        if (rank0) layer->attention.o_bias = ToF32(src);
-        break;
-      case TensorRole::kQNorm: layer->attention.q_norm = NormWeight(spec, src); break;
-      case TensorRole::kKNorm: layer->attention.k_norm = NormWeight(spec, src); break;
-
-      case TensorRole::kGdnInProjQkvz: into_rows(layer->gdn.in_proj_qkvz, qkvz_src, 0); break;
-      case TensorRole::kGdnInProjBa: into_rows(layer->gdn.in_proj_ba, ba_src, 0); break;
-      case TensorRole::kGdnInProjQkv: into_rows(layer->gdn.in_proj_qkvz, qkv_local, 0); break;
-      case TensorRole::kGdnInProjZ:
-        into_rows(layer->gdn.in_proj_qkvz, Rows({gdn_v}), static_cast<int64_t>(qkv_local.size()));
-        break;
-      case TensorRole::kGdnInProjB:
-        into_rows(layer->gdn.in_proj_ba, Rows({shard.gdn_value_heads}), 0);
-        break;
-      case TensorRole::kGdnInProjA:
-        into_rows(layer->gdn.in_proj_ba, Rows({shard.gdn_value_heads}), nv_local);
-        break;
-      case TensorRole::kGdnConv: {
-        // [conv_dim, 1, Kc] -> [Kc][local conv_dim], so the per-token conv runs across channels.
-        const std::vector<float> conv = ToF32(src);
-        const int64_t C = static_cast<int64_t>(qkv_local.size()), K = spec.shape[2];
-        layer->gdn.conv.resize(C * K);
-        for (int64_t ch = 0; ch < C; ++ch) {
-          for (int64_t j = 0; j < K; ++j) layer->gdn.conv[j * C + ch] = conv[qkv_local[ch] * K + j];
-        }
-        break;
-      }
-      case TensorRole::kGdnDtBias:
-        layer->gdn.dt_bias = Gather(ToF32(src), Rows({shard.gdn_value_heads}));
-        break;
-      case TensorRole::kGdnALog: {
-        layer->gdn.neg_exp_a = Gather(ToF32(src), Rows({shard.gdn_value_heads}));
-        for (float& a : layer->gdn.neg_exp_a) a = -std::exp(a);
-        break;
-      }
-      case TensorRole::kGdnNorm: layer->gdn.norm = NormWeight(spec, src); break;
-      case TensorRole::kGdnOutProj: layer->gdn.out_proj = matrix(Rows({{0, H}}), gdn_v); break;
-
-      case TensorRole::kRouter: layer->experts.router = whole(); break;
-      case TensorRole::kExpertGate:
-        if (shard.holds_expert(spec.expert)) {
-          into_rows(layer->experts.experts[spec.expert].gate_up, Rows({shard.moe}), 0);
-        }
-        break;
-      case TensorRole::kExpertUp:
-        if (shard.holds_expert(spec.expert)) {
-          into_rows(layer->experts.experts[spec.expert].gate_up, Rows({shard.moe}),
-                    shard.moe.count);
-        }
-        break;
-      case TensorRole::kExpertDown:
-        if (shard.holds_expert(spec.expert)) {
-          CopyBlock(src, cols, Rows({{0, H}}), shard.moe,
-                    layer->experts.experts[spec.expert].down.view(), 0);
-        }
-        break;
-      case TensorRole::kExpertsGateUp:  // [E, 2I, H]: rows [0, I) gate, [I, 2I) up
-        for (int64_t e = shard.experts.begin; e < shard.experts.end(); ++e) {
-          into_rows(layer->experts.experts[e].gate_up, gate_up_rows(shard.moe, I, e * 2 * I), 0);
-        }
-        break;
-      case TensorRole::kExpertsDown:  // [E, H, I]
-        for (int64_t e = shard.experts.begin; e < shard.experts.end(); ++e) {
-          CopyBlock(src, cols, Rows({{0, H}}, e * H), shard.moe,
-                    layer->experts.experts[e].down.view(), 0);
-        }
-        break;
-      case TensorRole::kSharedExpertGate:
-        into_rows(layer->experts.shared.gate_up, Rows({shard.shared}), 0);
-        break;
-      case TensorRole::kSharedExpertUp:
-        into_rows(layer->experts.shared.gate_up, Rows({shard.shared}), shard.shared.count);
-        break;
-      case TensorRole::kSharedExpertDown:
-        layer->experts.shared.down = matrix(Rows({{0, H}}), shard.shared);
-        break;
-      case TensorRole::kSharedExpertGateScalar: layer->experts.shared_gate = ToF32(src); break;
-
-      case TensorRole::kMlpGate: into_rows(layer->mlp.gate_up, Rows({shard.mlp}), 0); break;
-      case TensorRole::kMlpUp:
-        into_rows(layer->mlp.gate_up, Rows({shard.mlp}), shard.mlp.count);
-        break;
-      case TensorRole::kMlpDown: layer->mlp.down = matrix(Rows({{0, H}}), shard.mlp); break;
-
-      case TensorRole::kMtpFc: w.mtp.fc = whole(); break;
-      case TensorRole::kMtpPreFcNormEmbedding:
-        w.mtp.pre_fc_norm_embedding = NormWeight(spec, src);
-        break;
-      case TensorRole::kMtpPreFcNormHidden:
-        w.mtp.pre_fc_norm_hidden = NormWeight(spec, src);
-        break;
-      case TensorRole::kMtpNorm: w.mtp.norm = NormWeight(spec, src); break;
-    }
+    progress.Next(*rt.stored);
+    PlaceTensor(TensorSource(rt, format), c, shard, slices, w);
   }
   return w;
 }
