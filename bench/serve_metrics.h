@@ -1,4 +1,4 @@
-// vLLM's serving-benchmark metrics (`calculate_metrics` of vllm/benchmarks/serve.py; docs/docs/spec/
+// vLLM's serving-benchmark metrics (`calculate_metrics` of vllm/benchmarks/serve.py; docs/spec/
 // serving.md §6) over the per-request records of a run, its printed summary and its result JSON.
 //
 //   TTFT   send -> first SSE chunk with choices                     (per request)

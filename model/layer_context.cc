@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "model/layer_util.h"
-#include "model/moe.h"
 
 namespace moeserve::model {
 

@@ -23,6 +23,10 @@ namespace moeserve::model {
 using ActivationTap = std::function<void(std::string_view name, int64_t layer, const float* data,
                                          int64_t rows, int64_t cols)>;
 
+// (token, expert) rows of routed-expert work the MoE scratch holds at once (SparseMoe runs the
+// experts in groups of up to this many rows).
+constexpr int64_t kMoeGroupRows = 1024;
+
 // Scratch memory of the layers, planned up front by Reserve for the largest token batch so that
 // a forward call allocates nothing (docs/design.md principle 3); a larger batch grows it.
 struct Scratch {

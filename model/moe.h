@@ -9,9 +9,6 @@
 
 namespace moeserve::model {
 
-// (token, expert) rows of routed-expert work the MoE scratch holds at once (see SparseMoe).
-constexpr int64_t kMoeGroupRows = 1024;
-
 // What SparseMoe leaves in `out`: by default this rank's part of every row (the ranks' outputs
 // sum to the layer's).
 struct MoeResult {
