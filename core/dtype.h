@@ -34,7 +34,7 @@ enum class DType : uint8_t {
   // whose rows are quantized at load, with their scales stored after the rows
   // (core/tensor.h: TensorBytes, PackedScales; kernels/quantize.h: the arithmetic).
   kQ8,  // "int8": int8 per weight, one f32 scale per row (output channel)
-  kQ4,  // "int4": 4 bits per weight in groups of kQ4Group along K, one f32 scale per group
+  kQ4,  // "int4": 4 bits per weight in groups of kQ4Group along K, one f16 scale per group
   // "w8a8": stored as kQ8; each matmul also quantizes its activations to int8, one scale per
   // row (token), and sums int8 products in int32 (kernels/quantize.h).
   kQ8A8,

@@ -1,13 +1,12 @@
 #include "core/tensor.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/mman.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <new>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 namespace moeserve {
 namespace {
@@ -126,7 +125,9 @@ size_t PackedRowBytes(DType dtype, int64_t N, int64_t K) {
   return static_cast<size_t>(IsInt8RowsDType(dtype) ? N * K : N * K / 2);
 }
 
-size_t AlignUp(size_t n) { return (n + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment; }
+size_t AlignUp(size_t n) {
+  return (n + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
+}
 
 }  // namespace
 
@@ -138,15 +139,16 @@ size_t TensorBytes(DType dtype, std::span<const int64_t> shape) {
   const int64_t N = shape[0], K = shape[1];
   CHECK(!IsInt4RowsDType(dtype) || K % kQ4Group == 0)
       << DTypeName(dtype) << " needs K divisible by " << kQ4Group << ", got " << K;
-  const int64_t scales = IsInt8RowsDType(dtype) ? N : N * (K / kQ4Group);
-  return AlignUp(PackedRowBytes(dtype, N, K)) + static_cast<size_t>(scales) * sizeof(float);
+  const size_t rows = AlignUp(PackedRowBytes(dtype, N, K));
+  if (IsInt8RowsDType(dtype)) return rows + static_cast<size_t>(N) * sizeof(float);
+  return rows + static_cast<size_t>(N * (K / kQ4Group)) * sizeof(uint16_t);
 }
 
-const float* PackedScales(const Tensor& W) {
+const void* PackedScales(const Tensor& W) {
   CHECK(IsPackedDType(W.dtype())) << DTypeName(W.dtype()) << " has no scales";
   CHECK(W.rank() == 2 && W.contiguous());
-  return reinterpret_cast<const float*>(static_cast<const std::byte*>(W.data()) +
-                                        AlignUp(PackedRowBytes(W.dtype(), W.dim(0), W.dim(1))));
+  return static_cast<const std::byte*>(W.data()) +
+         AlignUp(PackedRowBytes(W.dtype(), W.dim(0), W.dim(1)));
 }
 
 OwnedTensor::OwnedTensor(DType dtype, std::span<const int64_t> shape) {

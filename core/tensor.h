@@ -23,7 +23,7 @@ inline constexpr size_t kTensorAlignment = 64;  // a cache line; what Highway's 
 
 // Bytes a contiguous tensor of `shape` occupies. Packed weight formats (IsPackedDType) are
 // [N, K] matrices laid out as their rows (N * K int8, or N * K / 2 bytes of 4-bit pairs), padded
-// to kTensorAlignment, then their f32 scales (N, or N * K / kQ4Group); kQ4 / kQ4A8 need
+// to kTensorAlignment, then their scales (N f32, or N * K / kQ4Group f16); kQ4 / kQ4A8 need
 // K % kQ4Group == 0.
 size_t TensorBytes(DType dtype, std::span<const int64_t> shape);
 
@@ -106,10 +106,22 @@ class Tensor {
   std::array<int64_t, kMaxTensorRank> strides_{};
 };
 
-// The scales of a packed [N, K] matrix (kQ8, kQ8A8: [N]; kQ4, kQ4A8: [N, K / kQ4Group]), after
-// its rows.
-const float* PackedScales(const Tensor& W);
-inline float* MutablePackedScales(const Tensor& W) { return const_cast<float*>(PackedScales(W)); }
+// Where the scales of a packed [N, K] matrix begin, after its rows.
+const void* PackedScales(const Tensor& W);
+// kQ8, kQ8A8: one f32 scale per row, [N].
+inline const float* PackedRowScales(const Tensor& W) {
+  return static_cast<const float*>(PackedScales(W));
+}
+inline float* MutablePackedRowScales(const Tensor& W) {
+  return const_cast<float*>(PackedRowScales(W));
+}
+// kQ4, kQ4A8: one IEEE f16 scale per group (its bits), [N, K / kQ4Group].
+inline const uint16_t* PackedGroupScales(const Tensor& W) {
+  return static_cast<const uint16_t*>(PackedScales(W));
+}
+inline uint16_t* MutablePackedGroupScales(const Tensor& W) {
+  return const_cast<uint16_t*>(PackedGroupScales(W));
+}
 
 // A tensor that owns its memory (contiguous, aligned).
 class OwnedTensor {

@@ -45,9 +45,8 @@ namespace moeserve::kernels::HWY_NAMESPACE {
 // Inline (not static) so that the copy in each including translation unit is the same entity;
 // HWY_EXPORT takes its address, which forces an out-of-line definition per target.
 inline void MatMulRangeImpl(const float* HWY_RESTRICT x, size_t x_stride, size_t M,
-                            const void* HWY_RESTRICT w, DType w_dtype, const float* scales,
-                            size_t K, size_t n_begin, size_t n_end, float* HWY_RESTRICT y,
-                            size_t y_stride) {
+                            const void* HWY_RESTRICT w, DType w_dtype, const void* scales, size_t K,
+                            size_t n_begin, size_t n_end, float* HWY_RESTRICT y, size_t y_stride) {
   namespace mi = matmul_internal;
   switch (w_dtype) {
     case DType::kBF16:
@@ -56,12 +55,16 @@ inline void MatMulRangeImpl(const float* HWY_RESTRICT x, size_t x_stride, size_t
                        n_begin, n_end, y, y_stride);
       return;
     case DType::kQ8:
-      mi::MatMulRangeT(x, x_stride, M, mi::Q8Rows{static_cast<const int8_t*>(w), scales, K},
-                       n_begin, n_end, y, y_stride);
+      mi::MatMulRangeT(
+          x, x_stride, M,
+          mi::Q8Rows{static_cast<const int8_t*>(w), static_cast<const float*>(scales), K}, n_begin,
+          n_end, y, y_stride);
       return;
     case DType::kQ4:
-      mi::MatMulRangeT(x, x_stride, M, mi::Q4Rows{static_cast<const uint8_t*>(w), scales, K},
-                       n_begin, n_end, y, y_stride);
+      mi::MatMulRangeT(
+          x, x_stride, M,
+          mi::Q4Rows{static_cast<const uint8_t*>(w), static_cast<const uint16_t*>(scales), K},
+          n_begin, n_end, y, y_stride);
       return;
     case DType::kQ8A8:
     case DType::kQ4A8: {
@@ -76,13 +79,15 @@ inline void MatMulRangeImpl(const float* HWY_RESTRICT x, size_t x_stride, size_t
         x_sums.resize(M);
         QuantizeActivationsImpl(x, x_stride, M, K, q.data(), K, x_scales.data(), x_sums.data());
         MatMulRangeQ8A8Impl(Int8Rows{q.data(), K, x_scales.data(), x_sums.data(), 1}, M,
-                            static_cast<const int8_t*>(w), scales, K, n_begin, n_end, y, y_stride);
+                            static_cast<const int8_t*>(w), static_cast<const float*>(scales), K,
+                            n_begin, n_end, y, y_stride);
       } else {
         x_sums.resize(M * groups);
         QuantizeActivationsQ4A8Impl(x, x_stride, M, K, q.data(), K, x_scales.data(), x_sums.data(),
                                     groups);
         MatMulRangeQ4A8Impl(Int8Rows{q.data(), K, x_scales.data(), x_sums.data(), groups}, M,
-                            static_cast<const uint8_t*>(w), scales, K, n_begin, n_end, y, y_stride);
+                            static_cast<const uint8_t*>(w), static_cast<const uint16_t*>(scales), K,
+                            n_begin, n_end, y, y_stride);
       }
       return;
     }

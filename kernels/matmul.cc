@@ -133,11 +133,11 @@ void DispatchQuantized(const Int8Rows& xq, int64_t M, const Tensor& W, int64_t n
   const size_t begin = static_cast<size_t>(n_begin), end = static_cast<size_t>(n_end);
   if (W.dtype() == DType::kQ4A8) {
     HWY_DYNAMIC_DISPATCH(MatMulRangeQ4A8Impl)
-    (xq, m, W.data_as<const uint8_t>(), PackedScales(W), K, begin, end, y,
+    (xq, m, W.data_as<const uint8_t>(), PackedGroupScales(W), K, begin, end, y,
      static_cast<size_t>(y_stride));
   } else {
     HWY_DYNAMIC_DISPATCH(MatMulRangeQ8A8Impl)
-    (xq, m, W.data_as<const int8_t>(), PackedScales(W), K, begin, end, y,
+    (xq, m, W.data_as<const int8_t>(), PackedRowScales(W), K, begin, end, y,
      static_cast<size_t>(y_stride));
   }
 }

@@ -97,8 +97,8 @@ const WeightCopies& GetWeights(DType dtype, int64_t N, int64_t K) {
 }
 
 // The weight formats by the benchmark's `dtype` argument.
-constexpr DType kDTypes[] = {DType::kBF16, DType::kF32, DType::kQ8, DType::kQ4, DType::kQ8A8,
-                             DType::kQ4A8};
+constexpr DType kDTypes[] = {DType::kBF16, DType::kF32,  DType::kQ8,
+                             DType::kQ4,   DType::kQ8A8, DType::kQ4A8};
 
 // `num_jobs` products per call, each of M rows by its own cold copy of W [N, K] (kDTypes[dtype]):
 // one job through MatMul, several through MatMulGroup (as the MoE's experts run).
@@ -173,8 +173,8 @@ BENCHMARK(BM_MatMul)->Apply(MatMulArgs)->UseRealTime()->Unit(benchmark::kMicrose
 // rows each. Shorter streams than BM_MatMul's, one after another on each thread.
 // Args: jobs, N, K, M, dtype (as BM_MatMul), threads.
 void BM_MatMulGroup(benchmark::State& state) {
-  RunMatMuls(state, state.range(0), state.range(1), state.range(2), state.range(3),
-             state.range(4), state.range(5), /*group=*/true);
+  RunMatMuls(state, state.range(0), state.range(1), state.range(2), state.range(3), state.range(4),
+             state.range(5), /*group=*/true);
 }
 
 void MatMulGroupArgs(benchmark::internal::Benchmark* b) {
@@ -188,8 +188,53 @@ void MatMulGroupArgs(benchmark::internal::Benchmark* b) {
     // At a 128-token prefill: 32 experts of 32 rows each on average (8 of 32 experts a token).
     for (int64_t dtype : {0, 4}) b->Args({32, N, K, 32, dtype, 2});
   }
+  // Qwen3-30B-A3B's MoE at decode: 8 routed experts, gate and up fused ([1536, 2048]), then down
+  // ([2048, 768]); no shared expert.
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{1536, 2048}, {2048, 768}}) {
+    for (int64_t dtype = 0; dtype < std::ssize(kDTypes); ++dtype) b->Args({8, N, K, 1, dtype, 2});
+  }
 }
 BENCHMARK(BM_MatMulGroup)->Apply(MatMulGroupArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// The kernels' compute ceiling: one small W [N, K] read over and over from L2 (no memory
+// traffic), M rows, one thread. weight_GB/s here is how fast a core could consume weights if
+// memory kept up; below the read bandwidth per core, the format is compute-bound at decode.
+// Args: N, K, M, dtype (as BM_MatMul).
+void BM_MatMulHot(benchmark::State& state) {
+  const int64_t N = state.range(0), K = state.range(1), M = state.range(2);
+  const DType dtype = kDTypes[state.range(3)];
+  ThreadPool pool(1);
+  TensorStorage storage(TensorBytes(dtype, std::array<int64_t, 2>{N, K}));
+  Tensor W(storage.data(), dtype, {N, K});
+  std::vector<float> row(static_cast<size_t>(K));
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t k = 0; k < K; ++k)
+      row[k] = static_cast<float>((n * 7 + k * 3) % 17) / 17.0f - 0.5f;
+    if (IsPackedDType(dtype)) {
+      QuantizeRow(row.data(), W, n);
+    } else if (dtype == DType::kBF16) {
+      for (int64_t k = 0; k < K; ++k) W.data_as<uint16_t>()[n * K + k] = F32ToBF16(row[k]);
+    } else {
+      std::copy(row.begin(), row.end(), W.data_as<float>() + n * K);
+    }
+  }
+  std::vector<float> x(static_cast<size_t>(M * K), 0.25f), y(static_cast<size_t>(M * N));
+  const Stopwatch watch;
+  for (auto _ : state) {
+    MatMul(x.data(), K, M, W, y.data(), N, pool);
+    benchmark::ClobberMemory();
+  }
+  const double seconds = std::max(watch.ElapsedSeconds(), 1e-9);
+  const double calls = static_cast<double>(state.iterations());
+  state.counters["weight_GB/s"] = calls * static_cast<double>(storage.size()) / seconds * 1e-9;
+  state.counters["Gweights/s"] = calls * static_cast<double>(N * K) / seconds * 1e-9;
+  state.counters["GFLOP/s"] = calls * 2.0 * static_cast<double>(M * N * K) / seconds * 1e-9;
+}
+BENCHMARK(BM_MatMulHot)
+    ->ArgNames({"N", "K", "M", "dtype"})
+    ->ArgsProduct({{128}, {2048}, {1, 8}, {0, 2, 3, 4, 5}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace moeserve::kernels
@@ -198,4 +243,3 @@ BENCHMARK(BM_MatMulGroup)->Apply(MatMulGroupArgs)->UseRealTime()->Unit(benchmark
 int main(int argc, char** argv) {
   return moeserve::kernels::BenchmarkMainWithIsa(argc, argv, "matmul_benchmark");
 }
-

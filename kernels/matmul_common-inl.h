@@ -171,7 +171,7 @@ inline int32_t QuantizeActivationRow(const float* HWY_RESTRICT x, size_t K, int8
 template <class Kernel>
 using QuantizedTileFn = void (*)(const Int8Rows&, size_t,
                                  const typename Kernel::Weight* HWY_RESTRICT,
-                                 const float* HWY_RESTRICT, size_t, size_t, size_t,
+                                 const typename Kernel::Scale* HWY_RESTRICT, size_t, size_t, size_t,
                                  float* HWY_RESTRICT, size_t);
 
 // A kernel's tiles, indexed as the float ones (TileAt, matmul_float-inl.h).
@@ -193,13 +193,13 @@ constexpr std::array<QuantizedTileFn<Kernel>, sizeof...(kI)> MakeQuantizedTiles(
 }
 
 // y[m, n] for m < M and n in [n_begin, n_end) from quantized activations xq against a
-// kernel's weights (Q8A8Kernel, Q4A8Kernel: a weight type, Tile<kRows, kM, kPrefetch> and
+// kernel's weights (Q8A8Kernel, Q4A8Kernel: weight and scale types, Tile<kRows, kM, kPrefetch> and
 // Shape(M)), in ForEachPass's order.
 template <class Kernel>
 void MatMulRangeQuantized(const Int8Rows& xq, size_t M,
                           const typename Kernel::Weight* HWY_RESTRICT w,
-                          const float* HWY_RESTRICT w_scales, size_t K, size_t n_begin,
-                          size_t n_end, float* HWY_RESTRICT y, size_t y_stride) {
+                          const typename Kernel::Scale* HWY_RESTRICT w_scales, size_t K,
+                          size_t n_begin, size_t n_end, float* HWY_RESTRICT y, size_t y_stride) {
   using Tiles = std::array<QuantizedTileFn<Kernel>, kMaxTileRows * kMaxTileM>;
   static constexpr Tiles kTiles =
       MakeQuantizedTiles<Kernel, false>(std::make_index_sequence<kMaxTileRows * kMaxTileM>());

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "hwy/highway.h"
 #include "kernels/matmul_common-inl.h"
 #include "kernels/quantize.h"
@@ -33,6 +34,15 @@ namespace matmul_internal {  // helpers (ODR: see matmul_common-inl.h)
 
 namespace hn = hwy::HWY_NAMESPACE;
 
+// A group's scale (f16 bits, kernels/quantize.h) as f32: exact, as moeserve::F16ToF32.
+HWY_INLINE float GroupScale(uint16_t bits) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  return _cvtsh_ss(bits);  // F16C, part of every x86 target from AVX2 on
+#else
+  return F16ToF32(bits);
+#endif
+}
+
 // Weight-only int4 rows (f32 activations; a format of the float tiles) in groups of kQ4Group
 // with a scale per group (kernels/quantize.h): weights (nibble - 8) * scale, one rounding. Two
 // ways to read them, with the same bits:
@@ -44,8 +54,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 //     instead of subtract, convert and multiply.
 // K is a multiple of kQ4Group, so there is no tail.
 struct Q4Rows {
-  const uint8_t* HWY_RESTRICT w;     // row r at w + r * K / 2
-  const float* HWY_RESTRICT scales;  // [N, K / kQ4Group]
+  const uint8_t* HWY_RESTRICT w;        // row r at w + r * K / 2
+  const uint16_t* HWY_RESTRICT scales;  // [N, K / kQ4Group], f16
   size_t K;
   static constexpr bool kRowScaled = false;
   static constexpr bool kGroupWise = true;
@@ -59,7 +69,7 @@ struct Q4Rows {
     const hn::Rebind<int32_t, DF> d32;
     const size_t L = hn::Lanes(df), half = kGroup / 2;
     const uint8_t* HWY_RESTRICT bytes = w + (row * K + k) / 2;
-    const float scale = scales[(row * K + k) / kGroup];
+    const float scale = GroupScale(scales[(row * K + k) / kGroup]);
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
     static_assert(HWY_LANES(float) == 16, "one permute covers the 16 nibble values");
     // (nibble - 8) * scale for every nibble value, then a lookup per weight.
@@ -91,12 +101,12 @@ struct Q4Rows {
     const auto nibbles =
         j < kGroup / 2 ? hn::And(bytes, hn::Set(d32, 15)) : hn::ShiftRight<4>(bytes);
     return hn::Mul(hn::ConvertTo(df, hn::Sub(nibbles, hn::Set(d32, 8))),
-                   hn::Set(df, scales[row * (K / kGroup) + g]));
+                   hn::Set(df, GroupScale(scales[row * (K / kGroup) + g])));
   }
   float At(size_t row, size_t k) const {
     const uint8_t b = w[row * K / 2 + k / kGroup * kGroup / 2 + k % (kGroup / 2)];
     const int nibble = k % kGroup < kGroup / 2 ? (b & 15) : (b >> 4);
-    return static_cast<float>(nibble - 8) * scales[row * (K / kGroup) + k / kGroup];
+    return static_cast<float>(nibble - 8) * GroupScale(scales[row * (K / kGroup) + k / kGroup]);
   }
   uintptr_t Address(size_t row, size_t k) const {
     return reinterpret_cast<uintptr_t>(w + row * K / 2 + k / 2);
@@ -127,7 +137,7 @@ template <size_t kRows, size_t kM>
 struct Q4A8Tile {
   const uint8_t* HWY_RESTRICT w[kRows];
   const uint8_t* HWY_RESTRICT next_w[kRows];
-  const float* HWY_RESTRICT scales[kRows];
+  const uint16_t* HWY_RESTRICT scales[kRows];  // f16
   const int8_t* HWY_RESTRICT p[kM];
   const int32_t* HWY_RESTRICT sums[kM];
 };
@@ -211,8 +221,9 @@ HWY_INLINE void SuperblockQ4A8(const Q4A8Tile<kRows, kM>& t, size_t k, Q4A8Acc (
         }
       }
     }
-    const __m512 scales = kBlocks == 4 ? _mm512_loadu_ps(t.scales[r] + g0)
-                                       : _mm512_maskz_loadu_ps(kValid, t.scales[r] + g0);
+    const __m512 scales = _mm512_cvtph_ps(
+        kBlocks == 4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.scales[r] + g0))
+                     : _mm256_maskz_loadu_epi16(kValid, t.scales[r] + g0));
     for (size_t i = 0; i < kM; ++i) {
       const __m512i p_sums = kBlocks == 4 ? _mm512_loadu_si512(t.sums[i] + g0)
                                           : _mm512_maskz_loadu_epi32(kValid, t.sums[i] + g0);
@@ -258,13 +269,23 @@ HWY_INLINE __m256i GroupSumsQ4A8(__m256i ab, __m256i cd) {
   return _mm256_permutevar8x32_epi32(sums, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-// The first `count` (4 or 8) ints or floats at `from`, zeros after.
+// The first kCount (4 or 8) ints at `from`, zeros after.
 template <size_t kCount>
 HWY_INLINE __m256i LoadFirstQ4A8(const void* from) {
   if constexpr (kCount == 8) {
     return _mm256_loadu_si256(static_cast<const __m256i*>(from));
   } else {
     return _mm256_castsi128_si256(_mm_loadu_si128(static_cast<const __m128i*>(from)));
+  }
+}
+
+// The first kCount (4 or 8) f16 scales at `from`, zeros after.
+template <size_t kCount>
+HWY_INLINE __m128i LoadScalesQ4A8(const uint16_t* from) {
+  if constexpr (kCount == 8) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(from));
+  } else {
+    return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(from));
   }
 }
 
@@ -302,8 +323,8 @@ HWY_INLINE void SuperblockQ4A8(const Q4A8Tile<kRows, kM>& t, size_t k, Q4A8Acc (
         }
       }
       const __m256 scales =
-          _mm256_castsi256_ps(blocks == 2 ? LoadFirstQ4A8<8>(t.scales[r] + g0 + 8 * q)
-                                          : LoadFirstQ4A8<4>(t.scales[r] + g0 + 8 * q));
+          _mm256_cvtph_ps(blocks == 2 ? LoadScalesQ4A8<8>(t.scales[r] + g0 + 8 * q)
+                                      : LoadScalesQ4A8<4>(t.scales[r] + g0 + 8 * q));
       for (size_t i = 0; i < kM; ++i) {
         const __m256i p_sums = blocks == 2 ? LoadFirstQ4A8<8>(t.sums[i] + g0 + 8 * q)
                                            : LoadFirstQ4A8<4>(t.sums[i] + g0 + 8 * q);
@@ -319,7 +340,7 @@ HWY_INLINE void SuperblockQ4A8(const Q4A8Tile<kRows, kM>& t, size_t k, Q4A8Acc (
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 template <size_t kRows, size_t kM, bool kPrefetch>
 void TileQ4A8(const Int8Rows& xq, size_t m0, const uint8_t* HWY_RESTRICT w,
-              const float* HWY_RESTRICT w_scales, size_t K, size_t n0, size_t next,
+              const uint16_t* HWY_RESTRICT w_scales, size_t K, size_t n0, size_t next,
               float* HWY_RESTRICT y, size_t y_stride) {
   constexpr size_t kSuper = 4 * kQ4A8Block;
   const size_t groups = K / kQ4Group;
@@ -363,7 +384,7 @@ void TileQ4A8(const Int8Rows& xq, size_t m0, const uint8_t* HWY_RESTRICT w,
 // Other targets: one group at a time in scalar code, std::fma for the step every target takes.
 template <size_t kRows, size_t kM, bool kPrefetch>
 void TileQ4A8(const Int8Rows& xq, size_t m0, const uint8_t* HWY_RESTRICT w,
-              const float* HWY_RESTRICT w_scales, size_t K, size_t n0, size_t /*next*/,
+              const uint16_t* HWY_RESTRICT w_scales, size_t K, size_t n0, size_t /*next*/,
               float* HWY_RESTRICT y, size_t y_stride) {
   const size_t groups = K / kQ4Group;
   const size_t padded = (groups + kQ4A8Lanes - 1) / kQ4A8Lanes * kQ4A8Lanes;
@@ -385,7 +406,7 @@ void TileQ4A8(const Int8Rows& xq, size_t m0, const uint8_t* HWY_RESTRICT w,
             sum += (byte & 15) * p_low[j] + (byte >> 4) * p_low[64 + j];
           }
           sum -= 8 * p_sums[g];
-          scale = w_scales[(n0 + r) * groups + g];
+          scale = GroupScale(w_scales[(n0 + r) * groups + g]);
         }
         acc[g % kQ4A8Lanes] = std::fma(static_cast<float>(sum), scale, acc[g % kQ4A8Lanes]);
       }
@@ -415,12 +436,13 @@ inline TileShape ChooseTileShapeQ4A8(size_t M) {
 
 struct Q4A8Kernel {
   using Weight = uint8_t;
+  using Scale = uint16_t;  // f16
   // The largest tile ChooseTileShapeQ4A8 picks (the table holds no larger ones: each tile is
   // compiled four times, per number of blocks in a superblock).
   static constexpr size_t kMaxRows = 4, kMaxM = 4;
   template <size_t kRows, size_t kM, bool kPrefetch>
   static void Tile(const Int8Rows& xq, size_t m0, const uint8_t* HWY_RESTRICT w,
-                   const float* HWY_RESTRICT w_scales, size_t K, size_t n0, size_t next,
+                   const uint16_t* HWY_RESTRICT w_scales, size_t K, size_t n0, size_t next,
                    float* HWY_RESTRICT y, size_t y_stride) {
     TileQ4A8<kRows, kM, kPrefetch>(xq, m0, w, w_scales, K, n0, next, y, y_stride);
   }
@@ -445,7 +467,7 @@ inline void QuantizeActivationsQ4A8Impl(const float* HWY_RESTRICT x, size_t x_st
 // y[m, n] against w4a8 weights (int4 [N, K] at w with w_scales), from activations quantized by
 // QuantizeActivationsQ4A8Impl.
 inline void MatMulRangeQ4A8Impl(const Int8Rows& xq, size_t M, const uint8_t* HWY_RESTRICT w,
-                                const float* HWY_RESTRICT w_scales, size_t K, size_t n_begin,
+                                const uint16_t* HWY_RESTRICT w_scales, size_t K, size_t n_begin,
                                 size_t n_end, float* HWY_RESTRICT y, size_t y_stride) {
   matmul_internal::MatMulRangeQuantized<matmul_internal::Q4A8Kernel>(xq, M, w, w_scales, K, n_begin,
                                                                      n_end, y, y_stride);

@@ -232,6 +232,7 @@ inline TileShape ChooseTileShapeQ8A8(size_t M) {
 // tile table and range loop (MatMulRangeQuantized, matmul_common-inl.h).
 struct Q8A8Kernel {
   using Weight = int8_t;
+  using Scale = float;
   static constexpr size_t kMaxRows = kMaxTileRows, kMaxM = kMaxTileM;
   template <size_t kRows, size_t kM, bool kPrefetch>
   static void Tile(const Int8Rows& xq, size_t m0, const int8_t* HWY_RESTRICT w,

@@ -4,8 +4,9 @@
 //
 //   int8 (DType::kQ8): per row (output channel) scale s = max|w| / 127, q = round(w / s) in
 //     [-127, 127]; w ~ q * s. The kernel sums q * x and multiplies by s once per output.
-//   int4 (DType::kQ4): per group of kQ4Group = 32 weights along K, s = max|w| / 7,
-//     q = round(w / s) in [-7, 7] stored as q + 8 in a nibble; w ~ (nibble - 8) * s. The 32
+//   int4 (DType::kQ4): per group of kQ4Group = 32 weights along K, s = f16(max|w| / 7) (the
+//     scale is stored as IEEE f16, rounded to nearest, saturating at 65504), q = round(w / s)
+//     in [-7, 7] stored as q + 8 in a nibble; w ~ (nibble - 8) * s. The 32
 //     nibbles of a group fill 16 bytes: byte j holds element j (low nibble) and element j + 16
 //     (high nibble), so any vector of 4, 8 or 16 consecutive weights inside a half group is one
 //     load of as many bytes and one shift or mask, on every SIMD target.

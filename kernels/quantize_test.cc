@@ -19,7 +19,8 @@ std::vector<float> RandomRow(int64_t K, uint32_t seed, float scale) {
 }
 
 // Every weight comes back within half a step of its group's (row's) scale, and the largest
-// magnitude of each group exactly (it defines the scale).
+// magnitude of each group exactly (it defines the scale; int4's f16 scale to within its rounding,
+// 2^-11 relative).
 TEST(QuantizeTest, RoundTripIsWithinHalfAStep) {
   for (DType dtype : {DType::kQ8, DType::kQ4}) {
     for (int64_t K : {32, 64, 96, 2048}) {
@@ -36,12 +37,13 @@ TEST(QuantizeTest, RoundTripIsWithinHalfAStep) {
           float amax = 0;
           for (int64_t k = g * group; k < (g + 1) * group; ++k)
             amax = std::max(amax, std::fabs(row[k]));
-          const float step = amax / levels;
+          const bool int4 = dtype == DType::kQ4;
+          const float step = int4 ? F16ToF32(F32ToF16(amax / levels)) : amax / levels;
           for (int64_t k = g * group; k < (g + 1) * group; ++k) {
             ASSERT_LE(std::fabs(back[k] - row[k]), 0.5f * step * (1 + 1e-5f))
                 << DTypeName(dtype) << " K=" << K << " n=" << n << " k=" << k;
             if (std::fabs(row[k]) == amax) {
-              ASSERT_NEAR(std::fabs(back[k]), amax, amax * 1e-6f);
+              ASSERT_NEAR(std::fabs(back[k]), amax, amax * (int4 ? 0x1p-11f : 1e-6f));
             }
           }
         }
@@ -56,13 +58,13 @@ TEST(QuantizeTest, Int4LayoutAndScales) {
   std::vector<float> row(32);
   for (int k = 0; k < 32; ++k) row[k] = static_cast<float>((k % 15) - 7);  // -7 .. 7, scale 1
   QuantizeRow(row.data(), W.view(), 0);
-  EXPECT_EQ(PackedScales(W.view())[0], 1.0f);
+  EXPECT_EQ(PackedGroupScales(W.view())[0], F32ToF16(1.0f));
   const uint8_t* b = W.view().data_as<const uint8_t>();
   for (int j = 0; j < 16; ++j) {
     EXPECT_EQ(b[j] & 15, (j % 15) - 7 + 8) << j;
     EXPECT_EQ(b[j] >> 4, ((j + 16) % 15) - 7 + 8) << j;
   }
-  EXPECT_EQ(W.view().bytes(), 64u + 4u);  // 16 bytes padded to a cache line, then one scale
+  EXPECT_EQ(W.view().bytes(), 64u + 2u);  // 16 bytes padded to a cache line, then one f16 scale
 }
 
 // Zero rows, NaN and infinite weights quantize to something finite (NaN to 0).
@@ -89,7 +91,7 @@ TEST(QuantizeTest, PackingRules) {
   EXPECT_FALSE(CanPack(DType::kQ4, 48));
   EXPECT_FALSE(CanPack(DType::kBF16, 64));
   EXPECT_EQ(TensorBytes(DType::kQ8, std::vector<int64_t>{3, 10}), 64u + 12u);
-  EXPECT_EQ(TensorBytes(DType::kQ4, std::vector<int64_t>{4, 64}), 128u + 4u * 2u * 4u);
+  EXPECT_EQ(TensorBytes(DType::kQ4, std::vector<int64_t>{4, 64}), 128u + 4u * 2u * 2u);
 }
 
 }  // namespace

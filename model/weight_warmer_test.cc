@@ -19,14 +19,14 @@ int64_t Drain(WeightWarmer& warmer) {
 }
 
 TEST(WeightWarmerTest, SmallMatricesAreWarmedWhole) {
-  // int4 [64, 256]: 64 rows of 128 bytes, then 64 x 8 scales of 4 bytes.
+  // int4 [64, 256]: 64 rows of 128 bytes, then 64 x 8 scales of 2 bytes (f16).
   OwnedTensor q4(DType::kQ4, {64, 256});
   OwnedTensor bf16(DType::kBF16, {3, 100});  // 600 bytes
   WeightWarmer warmer;
   warmer.Add(q4.view(), 2);
   warmer.Add(bf16.view(), 4);
-  EXPECT_EQ(q4.view().bytes(), 64u * 128 + 64 * 8 * 4);
-  // int4: 2 parts of rows and 2 of scales (4 KiB + 1 KiB each: one step apiece); bf16: 4 parts
+  EXPECT_EQ(q4.view().bytes(), 64u * 128 + 64 * 8 * 2);
+  // int4: 2 parts of rows and 2 of scales (4 KiB + 512 bytes each: one step apiece); bf16: 4 parts
   // of 150 bytes.
   EXPECT_EQ(Drain(warmer), 8);
   EXPECT_EQ(warmer.warmed_bytes(), q4.view().bytes() + 600);
@@ -45,7 +45,8 @@ TEST(WeightWarmerTest, LargeMatricesGetTheBudgetSharedOverTheirParts) {
   OwnedTensor big(DType::kBF16, {4096, 2048});
   WeightWarmer warmer;
   warmer.Add(big.view(), 2);
-  EXPECT_EQ(Drain(warmer), static_cast<int64_t>(WeightWarmer::kBudgetBytes / WeightWarmer::kStepBytes));
+  EXPECT_EQ(Drain(warmer),
+            static_cast<int64_t>(WeightWarmer::kBudgetBytes / WeightWarmer::kStepBytes));
   EXPECT_EQ(warmer.warmed_bytes(), WeightWarmer::kBudgetBytes);
   // More parts than kMaxParts are read as kMaxParts; the budget is the same.
   warmer.Clear();

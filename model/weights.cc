@@ -434,7 +434,7 @@ double BytesPerWeight(DType dtype, int64_t cols) {
     case DType::kQ8:
     case DType::kQ8A8: return 1.0 + static_cast<double>(sizeof(float)) / static_cast<double>(cols);
     case DType::kQ4:
-    case DType::kQ4A8: return 0.5 + static_cast<double>(sizeof(float)) / kQ4Group;
+    case DType::kQ4A8: return 0.5 + static_cast<double>(sizeof(uint16_t)) / kQ4Group;
     default: return static_cast<double>(DTypeSize(dtype));
   }
 }

@@ -96,7 +96,7 @@ struct ModelWeights {
 // cols % kQ4Group != 0, w4a8 where cols % kQ4A8Block != 0.
 DType MatrixDType(DType requested, DType base, TensorRole role, int64_t cols);
 // Bytes a weight of a [*, cols] matrix of `dtype` takes, scales included (int8: 1 + 4 / cols,
-// int4: 0.5 + 4 / 32).
+// int4: 0.5 + 2 / 32).
 double BytesPerWeight(DType dtype, int64_t cols);
 
 // Loads and transforms every tensor `config` implies from `checkpoint`, keeping the part rank

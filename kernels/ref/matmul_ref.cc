@@ -44,7 +44,7 @@ void MatMulQ4A8(const float* x, int64_t x_stride, int64_t M, const Tensor& W, fl
   CHECK_EQ(K % kQ4A8Block, 0);
   std::vector<int8_t> p(static_cast<size_t>(K));
   const uint8_t* bytes = W.data_as<const uint8_t>();
-  const float* w_scales = PackedScales(W);
+  const uint16_t* w_scales = PackedGroupScales(W);
   for (int64_t m = 0; m < M; ++m) {
     float x_scale = 0.0f;
     QuantizeActivationRow(x + m * x_stride, K, p.data(), &x_scale);
@@ -55,7 +55,7 @@ void MatMulQ4A8(const float* x, int64_t x_stride, int64_t M, const Tensor& W, fl
         int64_t sum = 0;
         float scale = 0.0f;
         if (g < groups) {
-          scale = w_scales[n * groups + g];
+          scale = F16ToF32(w_scales[n * groups + g]);
           // Group g's 16 bytes: byte j holds weight j (low nibble) and j + 16 (high).
           const uint8_t* group = bytes + (n * K + g * kQ4Group) / 2;
           for (int64_t j = 0; j < kQ4Group; ++j) {
@@ -90,7 +90,7 @@ void MatMul(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float*
   if (W.dtype() == DType::kQ8A8) {
     CHECK_LE(K, kMaxQ8A8K);
     const int8_t* q = W.data_as<const int8_t>();
-    const float* w_scales = PackedScales(W);
+    const float* w_scales = PackedRowScales(W);
     std::vector<int8_t> p(static_cast<size_t>(K));
     for (int64_t m = 0; m < M; ++m) {
       float x_scale = 0.0f;
