@@ -373,8 +373,9 @@ void PrintResults(const Options& o, const Plan& plan, const Ceilings& m,
                   const Ablation& ablation) {
   const model::CausalLm& lm = group.model();
   const io::ModelConfig& c = lm.config();
-  fmt::print("model            {} ({} weights, SIMD {}, {} threads{})\n", c.architecture_name,
-             DTypeName(lm.weights().matrix_dtype), kernels::ActiveIsa(), m.threads_here,
+  fmt::print("model            {} ({} weights, lm_head {}, SIMD {}, {} threads{})\n",
+             c.architecture_name, DTypeName(lm.weights().matrix_dtype),
+             DTypeName(lm.weights().lm_head_matrix().dtype()), kernels::ActiveIsa(), m.threads_here,
              group.size() > 1
                  ? fmt::format(", --tp {}{} over {}, {} per rank", group.size(),
                                o.model.ep ? " --ep" : "", o.model.comm, m.threads_per_rank)
@@ -465,6 +466,7 @@ nlohmann::ordered_json ResultsJson(const Options& o, const Plan& plan, const Cei
   j["isa"] = kernels::ActiveIsa();
   j["isas_available"] = kernels::AvailableIsas();
   j["weight_dtype"] = DTypeName(lm.weights().matrix_dtype);
+  j["lm_head_dtype"] = DTypeName(lm.weights().lm_head_matrix().dtype());
   j["threads"] = m.threads_here;
   j["tp"] = group.size();
   j["ep"] = o.model.ep;

@@ -24,6 +24,9 @@ void ModelFlags::Register(FlagSet& flags) {
                "bf16 | f32 | int8 (per output channel) | int4 (groups of 32) | w8a8 (int8 "
                "weights and int8 activations, one scale per token) | w4a8 (int4 weights, int8 "
                "activations) (default: as stored); the packed formats are quantized at load");
+  flags.String("lm-head-dtype", &lm_head_dtype,
+               "lm_head's dtype, one of --weight-dtype's (default: --weight-dtype's, but int8 "
+               "under int4 and w8a8 under w4a8; a tied lm_head stays the embedding's dtype)");
   flags.Int("threads", &threads,
             "compute threads per rank (0: this machine's cores divided among its ranks)");
   flags.Int("tp", &tp, "tensor-parallel ranks: heads, expert widths and vocabulary split");
@@ -68,6 +71,13 @@ Status ModelFlags::Validate() const {
                              weight_dtype);
     }
   }
+  if (!lm_head_dtype.empty()) {
+    std::optional<DType> dtype = ParseDTypeName(lm_head_dtype);
+    if (!dtype || (*dtype != DType::kBF16 && *dtype != DType::kF32 && !IsPackedDType(*dtype))) {
+      return InvalidArgument("--lm-head-dtype: '{}' is not bf16, f32, int8, int4, w8a8 or w4a8",
+                             lm_head_dtype);
+    }
+  }
   if (threads < 0) return InvalidArgument("--threads: must not be negative");
   if (!isa.empty()) {
     if (Status s = kernels::SelectIsa(isa); !s.ok())
@@ -108,6 +118,7 @@ Result<std::unique_ptr<model::CausalLm>> ModelFlags::Load() const {
   RETURN_IF_ERROR(Validate());
   model::LoadOptions options;
   if (!weight_dtype.empty()) options.weight_dtype = ParseDTypeName(weight_dtype);
+  if (!lm_head_dtype.empty()) options.lm_head_dtype = ParseDTypeName(lm_head_dtype);
   options.threads = static_cast<size_t>(threads);
   ASSIGN_OR_RETURN(const std::string dir, Dir());
   Stopwatch watch;
@@ -150,6 +161,7 @@ Result<std::unique_ptr<model::ModelGroup>> ModelFlags::LoadGroup() const {
   RETURN_IF_ERROR(Validate());
   model::LoadOptions options;
   if (!weight_dtype.empty()) options.weight_dtype = ParseDTypeName(weight_dtype);
+  if (!lm_head_dtype.empty()) options.lm_head_dtype = ParseDTypeName(lm_head_dtype);
   const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
   options.threads = static_cast<size_t>(
       threads > 0 ? threads : std::max<int64_t>(1, cores / RanksOnThisMachine()));

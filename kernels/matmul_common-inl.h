@@ -93,25 +93,37 @@ inline constexpr size_t kNoRow = ~size_t{0};
 // FMA rate) the block size made no difference beyond noise.
 inline constexpr size_t kXBlockBytes = size_t{512} << 10;
 
+// How far ahead of the tile being read its first pass prefetches W: at least this many bytes of
+// rows (whole tiles; at least the next one). A W range is one contiguous run of rows, so this
+// keeps that many bytes of requests in flight ahead of the kernel. One tile ahead left short rows
+// (an expert's down projection: K = 512 or 768) waiting on memory at each tile
+// (docs/log/kernel-comments.md).
+inline constexpr size_t kPrefetchAheadBytes = size_t{8} << 10;
+
 // The order in which a range of W rows [n_begin, n_end) meets M rows of x: blocks of x rows of
 // at most kXBlockBytes (x_row_bytes each; at least one pass), and in each block the W tiles of
 // shape.rows rows in order, each read by passes of shape.m x rows. So a tile is streamed from
 // memory once per block and re-read from L1/L2 by the block's other passes, and the block's x
 // rows are re-read from L2 by every tile, not from L3 or memory. on_tile(n, rows) is called
 // before a tile's first pass in each block; on_pass(n, rows, next, m, ms, first) for each pass,
-// next being the next tile's first row when it is a whole one inside the range (kNoRow if not)
-// and first whether this is the tile's first pass in the block (the one that prefetches the
-// next tile: later passes find this tile in cache and the next already on its way).
+// next being the first row of the tile kPrefetchAheadBytes ahead (w_row_bytes per W row) when it
+// is a whole one inside the range (kNoRow if not) and first whether this is the tile's first pass
+// in the block (the one that prefetches: later passes find this tile in cache and the one ahead
+// already on its way).
 template <class OnTile, class OnPass>
 HWY_INLINE void ForEachPass(size_t M, size_t n_begin, size_t n_end, TileShape shape,
-                            size_t x_row_bytes, const OnTile& on_tile, const OnPass& on_pass) {
+                            size_t x_row_bytes, size_t w_row_bytes, const OnTile& on_tile,
+                            const OnPass& on_pass) {
   const size_t block_rows =
       std::max<size_t>(1, kXBlockBytes / std::max<size_t>(1, x_row_bytes) / shape.m) * shape.m;
+  const size_t tile_bytes = std::max<size_t>(1, shape.rows * w_row_bytes);
+  const size_t ahead =
+      std::max<size_t>(1, (kPrefetchAheadBytes + tile_bytes - 1) / tile_bytes) * shape.rows;
   for (size_t m_block = 0; m_block < M; m_block += block_rows) {
     const size_t m_end = std::min(M, m_block + block_rows);
     for (size_t n = n_begin; n < n_end; n += shape.rows) {
       const size_t rows = std::min(shape.rows, n_end - n);
-      const size_t next = n + 2 * shape.rows <= n_end ? n + shape.rows : kNoRow;
+      const size_t next = n + ahead + shape.rows <= n_end ? n + ahead : kNoRow;
       on_tile(n, rows);
       for (size_t m = m_block; m < m_end; m += shape.m) {
         on_pass(n, rows, next, m, std::min(shape.m, m_end - m), m == m_block);
@@ -206,7 +218,7 @@ void MatMulRangeQuantized(const Int8Rows& xq, size_t M,
   static constexpr Tiles kPrefetchingTiles =
       MakeQuantizedTiles<Kernel, true>(std::make_index_sequence<kMaxTileRows * kMaxTileM>());
   ForEachPass(
-      M, n_begin, n_end, Kernel::Shape(M), xq.stride, [](size_t, size_t) {},
+      M, n_begin, n_end, Kernel::Shape(M), xq.stride, Kernel::RowBytes(K), [](size_t, size_t) {},
       [&](size_t n, size_t rows, size_t next, size_t m, size_t ms, bool first) {
         const Tiles& tiles = first && next != kNoRow ? kPrefetchingTiles : kTiles;
         tiles[(rows - 1) * kMaxTileM + (ms - 1)](xq, m, w, w_scales, K, n, next,

@@ -103,12 +103,13 @@ inline constexpr size_t kMaxGroupWiseM = kMaxTileM;
 // x + i * x_stride and W rows n0 + r of `fmt`. x_tail [kM, L] and w_tail [kRows, L] hold the last
 // K % L elements of each row, zero-padded to L lanes (unused when L divides K).
 //
-// kPrefetch: next is the next tile's first row (rows next + r), which are then prefetched into
-// L2 as this tile is read, one tile ahead. Every W row is its own stream, and hardware
-// prefetchers do not follow a stream into the next 4 KiB page, so without this each new tile
-// starts with kRows cold streams. Per step of K and row, one prefetch is issued per 16 bytes the
-// step reads from the row, for consecutive lines from the current column on, so each line of the
-// next tile is requested several times (prefetches that find the miss queues full are dropped).
+// kPrefetch: next is the first row of a tile ahead (rows next + r: ForEachPass), prefetched into
+// L2 as this tile is read. Every W row is its own stream, and hardware prefetchers do not follow
+// a stream into the next 4 KiB page, so without this each new tile starts with kRows cold
+// streams. Per step of K and row, one prefetch is issued per 16 bytes the step reads from the
+// row, for consecutive lines from the current column on, so each line of the tile ahead is
+// requested several times (prefetches that find the miss queues full are dropped); group-wise
+// formats also prefetch the row's scales, a line at a time.
 // It raised the weight bandwidth of M = 1 on every target but AVX2 bf16 (unchanged), and
 // prefetching into L1 (T0) was slower than into L2 (docs/log/kernel-comments.md). A template
 // parameter rather than a test of next in the loop, which slowed the compute-bound passes
@@ -136,6 +137,9 @@ void Tile(const float* HWY_RESTRICT x, size_t x_stride, const Fmt& fmt, size_t n
       for (size_t r = 0; r < kRows; ++r) {
         if constexpr (kPrefetch) {
           __builtin_prefetch(reinterpret_cast<const void*>(fmt.Address(next + r, k)), 0, 2);
+          if (k % Fmt::kScaleLineWeights == 0) {
+            __builtin_prefetch(reinterpret_cast<const void*>(fmt.ScaleAddress(next + r, k)), 0, 2);
+          }
         }
         VF wv[kMaxGroupVectors];
         fmt.LoadGroup(df, n0 + r, k, wv);
@@ -224,7 +228,7 @@ void MatMulRangeT(const float* HWY_RESTRICT x, size_t x_stride, size_t M, const 
   HWY_ALIGN float x_tail[kMaxTileM * kMaxLanes] = {};
 
   ForEachPass(
-      M, n_begin, n_end, shape, K * sizeof(float),
+      M, n_begin, n_end, shape, K * sizeof(float), Fmt::BytesPer(K),
       [&](size_t n, size_t rows) {
         for (size_t r = 0; r < rows; ++r) {
           for (size_t j = 0; j < tail; ++j) w_tail[r * L + j] = fmt.At(n + r, k_tail + j);

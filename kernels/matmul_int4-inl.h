@@ -111,6 +111,11 @@ struct Q4Rows {
   uintptr_t Address(size_t row, size_t k) const {
     return reinterpret_cast<uintptr_t>(w + row * K / 2 + k / 2);
   }
+  // Where the scale of the group at (row, k) lies, and the weights a line of scales covers.
+  uintptr_t ScaleAddress(size_t row, size_t k) const {
+    return reinterpret_cast<uintptr_t>(scales + (row * K + k) / kGroup);
+  }
+  static constexpr size_t kScaleLineWeights = kLineBytes / sizeof(uint16_t) * kGroup;
   static size_t BytesPer(size_t lanes) { return lanes / 2; }
   float RowScale(size_t) const { return 1.0f; }
 };
@@ -131,12 +136,13 @@ struct Q4Rows {
 // the same order on every target (kQ4A8Lanes accumulators), hence the same bits.
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-// A tile's rows, located once: W row r's nibbles and scales, the next tile's row r (prefetch),
+// A tile's rows, located once: W row r's nibbles and scales, the tile ahead's row r (prefetch),
 // x row i's reordered p and group sums.
 template <size_t kRows, size_t kM>
 struct Q4A8Tile {
   const uint8_t* HWY_RESTRICT w[kRows];
   const uint8_t* HWY_RESTRICT next_w[kRows];
+  const uint16_t* HWY_RESTRICT next_scales[kRows];
   const uint16_t* HWY_RESTRICT scales[kRows];  // f16
   const int8_t* HWY_RESTRICT p[kM];
   const int32_t* HWY_RESTRICT sums[kM];
@@ -202,6 +208,7 @@ HWY_INLINE void SuperblockQ4A8(const Q4A8Tile<kRows, kM>& t, size_t k, Q4A8Acc (
   for (size_t r = 0; r < kRows; ++r) {
     if constexpr (kPrefetch) {
       for (size_t j = 0; j < kBlocks; ++j) __builtin_prefetch(t.next_w[r] + k / 2 + 64 * j, 0, 2);
+      __builtin_prefetch(t.next_scales[r] + g0, 0, 2);
     }
     __m512i pending[kM], pairs[kM][2];
     for (size_t b = 0; b < 4; ++b) {
@@ -296,6 +303,7 @@ HWY_INLINE void SuperblockQ4A8(const Q4A8Tile<kRows, kM>& t, size_t k, Q4A8Acc (
   for (size_t r = 0; r < kRows; ++r) {
     if constexpr (kPrefetch) {
       for (size_t j = 0; j < kBlocks; ++j) __builtin_prefetch(t.next_w[r] + k / 2 + 64 * j, 0, 2);
+      __builtin_prefetch(t.next_scales[r] + g0, 0, 2);
     }
     // Quarter q: groups 8q .. 8q + 7, blocks 2q and 2q + 1; half block h of it is half h % 2
     // of block 2q + h / 2. A quarter past the row's end adds nothing (fma(0, 0, acc) = acc:
@@ -348,6 +356,7 @@ void TileQ4A8(const Int8Rows& xq, size_t m0, const uint8_t* HWY_RESTRICT w,
   for (size_t r = 0; r < kRows; ++r) {
     t.w[r] = w + (n0 + r) * K / 2;
     t.next_w[r] = kPrefetch ? w + (next + r) * K / 2 : nullptr;
+    t.next_scales[r] = kPrefetch ? w_scales + (next + r) * groups : nullptr;
     t.scales[r] = w_scales + (n0 + r) * groups;
   }
   for (size_t i = 0; i < kM; ++i) {
@@ -437,6 +446,7 @@ inline TileShape ChooseTileShapeQ4A8(size_t M) {
 struct Q4A8Kernel {
   using Weight = uint8_t;
   using Scale = uint16_t;  // f16
+  static size_t RowBytes(size_t K) { return K / 2; }
   // The largest tile ChooseTileShapeQ4A8 picks (the table holds no larger ones: each tile is
   // compiled four times, per number of blocks in a superblock).
   static constexpr size_t kMaxRows = 4, kMaxM = 4;

@@ -233,6 +233,7 @@ inline TileShape ChooseTileShapeQ8A8(size_t M) {
 struct Q8A8Kernel {
   using Weight = int8_t;
   using Scale = float;
+  static size_t RowBytes(size_t K) { return K; }
   static constexpr size_t kMaxRows = kMaxTileRows, kMaxM = kMaxTileM;
   template <size_t kRows, size_t kM, bool kPrefetch>
   static void Tile(const Int8Rows& xq, size_t m0, const int8_t* HWY_RESTRICT w,

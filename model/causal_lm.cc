@@ -26,7 +26,8 @@ Result<std::unique_ptr<CausalLm>> CausalLm::Load(const std::string& dir,
   ASSIGN_OR_RETURN(ShardLayout shard, MakeShardLayout(config, options.shard));
   ASSIGN_OR_RETURN(io::SafetensorsCheckpoint checkpoint, io::SafetensorsCheckpoint::Open(dir));
   ASSIGN_OR_RETURN(ModelWeights weights,
-                   LoadWeights(config, shard, checkpoint, options.weight_dtype));
+                   LoadWeights(config, shard, checkpoint, options.weight_dtype,
+                               options.lm_head_dtype));
   const size_t threads =
       options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
   return std::make_unique<CausalLm>(std::move(config), std::move(shard), std::move(weights),

@@ -46,8 +46,10 @@ json ReadJson(const std::string& path) {
   return json::parse(in);
 }
 
-std::unique_ptr<CausalLm> Load(const std::string& dir, DType dtype) {
-  Result<std::unique_ptr<CausalLm>> lm = CausalLm::Load(dir, {.weight_dtype = dtype, .threads = 2});
+std::unique_ptr<CausalLm> Load(const std::string& dir, DType dtype,
+                               std::optional<DType> lm_head = std::nullopt) {
+  Result<std::unique_ptr<CausalLm>> lm =
+      CausalLm::Load(dir, {.weight_dtype = dtype, .lm_head_dtype = lm_head, .threads = 2});
   EXPECT_TRUE(lm.ok()) << lm.status().ToString();
   return lm.ok() ? std::move(*lm) : nullptr;
 }
@@ -171,28 +173,33 @@ TEST(QuantizedAccuracyTest, PackedFormatsAgainstBf16) {
   // measured over 1,024 tokens (under ASan fewer tokens, looser bounds).
   struct Bounds {
     DType dtype;
-    double tiny_mean_error;  // about twice the mean the test prints (docs/performance.md)
+    std::optional<DType> lm_head;  // --lm-head-dtype (nullopt: the format's default)
+    double tiny_mean_error;        // about twice the mean the test prints (docs/performance.md)
     double agreement, agreement_sanitized;  // below the top-1 agreement it prints
     // Ratio to bf16's perplexity, above the one it prints.
     double perplexity, perplexity_sanitized;
   };
-  for (const Bounds& b : {Bounds{DType::kQ8, 0.1, 0.98, 0.9, 1.01, 1.03},
-                          Bounds{DType::kQ4, 0.8, 0.9, 0.75, 1.05, 1.1},
-                          Bounds{DType::kQ8A8, 0.15, 0.97, 0.9, 1.01, 1.03},
-                          Bounds{DType::kQ4A8, 0.8, 0.9, 0.75, 1.05, 1.1}}) {
+  for (const Bounds& b : {Bounds{DType::kQ8, std::nullopt, 0.1, 0.98, 0.9, 1.01, 1.03},
+                          Bounds{DType::kQ4, std::nullopt, 0.8, 0.9, 0.75, 1.05, 1.1},
+                          Bounds{DType::kQ4, DType::kQ4, 0.8, 0.9, 0.75, 1.05, 1.1},
+                          Bounds{DType::kQ8A8, std::nullopt, 0.15, 0.97, 0.9, 1.01, 1.03},
+                          Bounds{DType::kQ4A8, std::nullopt, 0.8, 0.9, 0.75, 1.05, 1.1},
+                          Bounds{DType::kQ4A8, DType::kQ4A8, 0.8, 0.9, 0.75, 1.05, 1.1}}) {
     const DType dtype = b.dtype;
-    std::unique_ptr<CausalLm> tiny = Load(kTinyDir, dtype);
-    std::unique_ptr<CausalLm> model = Load(kDefaultDir, dtype);
+    std::unique_ptr<CausalLm> tiny = Load(kTinyDir, dtype, b.lm_head);
+    std::unique_ptr<CausalLm> model = Load(kDefaultDir, dtype, b.lm_head);
     ASSERT_TRUE(tiny && model);
     EXPECT_EQ(model->weights().matrix_dtype, dtype);
+    if (b.lm_head) EXPECT_EQ(model->weights().lm_head_matrix().dtype(), *b.lm_head);
+    const std::string name = std::string(DTypeName(dtype)) +
+                             (b.lm_head ? ", lm_head " + std::string(DTypeName(*b.lm_head)) : "");
     const Accuracy a = measure(*tiny, *model);
-    std::printf("| %s | %.3f / %.3f | %.4f | %.3f |\n", std::string(DTypeName(dtype)).c_str(),
-                a.tiny_logit_error, a.tiny_mean_error, a.top1_agreement, a.perplexity);
-    EXPECT_LT(a.tiny_mean_error, b.tiny_mean_error) << DTypeName(dtype);
-    EXPECT_GT(a.top1_agreement, kSanitized ? b.agreement_sanitized : b.agreement)
-        << DTypeName(dtype);
+    std::printf("| %s | %.3f / %.3f | %.4f | %.3f |\n", name.c_str(), a.tiny_logit_error,
+                a.tiny_mean_error, a.top1_agreement, a.perplexity);
+    EXPECT_LT(a.tiny_mean_error, b.tiny_mean_error) << name;
+    EXPECT_GT(a.top1_agreement, kSanitized ? b.agreement_sanitized : b.agreement) << name;
     EXPECT_LT(a.perplexity, bf16.perplexity * (kSanitized ? b.perplexity_sanitized : b.perplexity))
-        << DTypeName(dtype);
+        << name;
   }
 }
 

@@ -35,13 +35,13 @@ struct AttentionWeights {
 };
 
 struct GdnWeights {
-  OwnedTensor in_proj_qkvz;  // [2 key_dim + 2 value_dim, H], rows [q | k | v | z]
-  OwnedTensor in_proj_ba;    // [2 nv, H], rows [b | a]
-  std::vector<float> conv;   // [Kc][conv_dim]: conv[j][c] = conv1d.weight[c, 0, j]
-  std::vector<float> dt_bias;   // [nv]
+  OwnedTensor in_proj_qkvz;      // [2 key_dim + 2 value_dim, H], rows [q | k | v | z]
+  OwnedTensor in_proj_ba;        // [2 nv, H], rows [b | a]
+  std::vector<float> conv;       // [Kc][conv_dim]: conv[j][c] = conv1d.weight[c, 0, j]
+  std::vector<float> dt_bias;    // [nv]
   std::vector<float> neg_exp_a;  // [nv], -exp(A_log)
-  std::vector<float> norm;      // [dv], plain weight of the gated RMSNorm
-  OwnedTensor out_proj;         // [H, value_dim]
+  std::vector<float> norm;       // [dv], plain weight of the gated RMSNorm
+  OwnedTensor out_proj;          // [H, value_dim]
 };
 
 // One SwiGLU block: down(silu(gate x) * up x).
@@ -52,10 +52,10 @@ struct SwiGluWeights {
 };
 
 struct MoeWeights {
-  OwnedTensor router;                 // [E, H]
+  OwnedTensor router;                  // [E, H]
   std::vector<SwiGluWeights> experts;  // E; under --ep the ones another rank holds are empty
-  SwiGluWeights shared;               // empty without a shared expert
-  std::vector<float> shared_gate;     // [H]: sigmoid(x . shared_gate) scales the shared expert
+  SwiGluWeights shared;                // empty without a shared expert
+  std::vector<float> shared_gate;      // [H]: sigmoid(x . shared_gate) scales the shared expert
 };
 
 struct DecoderLayerWeights {
@@ -78,7 +78,7 @@ struct MtpWeights {
 struct ModelWeights {
   DType matrix_dtype = DType::kBF16;  // --weight-dtype: bf16, f32, or packed int8 / int4
   DType base_dtype = DType::kBF16;    // bf16 or f32: matrices a packed format does not hold
-  OwnedTensor embedding;  // [V, H] (vocab-parallel ranks: their rows, shard.h)
+  OwnedTensor embedding;              // [V, H] (vocab-parallel ranks: their rows, shard.h)
   std::vector<DecoderLayerWeights> layers;
   std::vector<float> final_norm;  // [H]
   OwnedTensor lm_head;            // [V, H]; empty when tied to the embedding
@@ -93,20 +93,23 @@ struct ModelWeights {
 // (checkpoint precision `base`, bf16 or f32): `requested` for bf16 / f32; for the packed formats
 // int8 / int4 every projection and expert, except the embedding and routers (kept in `base`)
 // and lm_head (int8 under int4, w8a8 under w4a8); int4 falls back to `base` where
-// cols % kQ4Group != 0, w4a8 where cols % kQ4A8Block != 0.
-DType MatrixDType(DType requested, DType base, TensorRole role, int64_t cols);
+// cols % kQ4Group != 0, w4a8 where cols % kQ4A8Block != 0. `lm_head` (--lm-head-dtype), when
+// set, is lm_head's dtype whatever `requested` is (with the same fallback to `base`).
+DType MatrixDType(DType requested, DType base, TensorRole role, int64_t cols,
+                  std::optional<DType> lm_head = std::nullopt);
 // Bytes a weight of a [*, cols] matrix of `dtype` takes, scales included (int8: 1 + 4 / cols,
 // int4: 0.5 + 2 / 32).
 double BytesPerWeight(DType dtype, int64_t cols);
 
 // Loads and transforms every tensor `config` implies from `checkpoint`, keeping the part rank
 // shard.spec.rank holds (shard.h; the whole model for a single rank, at shard.local's sizes; an
-// expert another rank holds under --ep is left empty). matrix_dtype: bf16, f32, int8 or int4
-// (MatrixDType); nullopt picks f32 when the checkpoint stores its matrices in f32 or f16, else
-// bf16. Errors name the missing,
-// misshapen or unusable tensor.
+// expert another rank holds under --ep is left empty). matrix_dtype: bf16, f32 or a packed
+// format (MatrixDType); nullopt picks f32 when the checkpoint stores its matrices in f32 or f16,
+// else bf16. lm_head_dtype: as MatrixDType's lm_head. Errors name the missing, misshapen or
+// unusable tensor.
 Result<ModelWeights> LoadWeights(const io::ModelConfig& config, const ShardLayout& shard,
                                  const io::SafetensorsCheckpoint& checkpoint,
-                                 std::optional<DType> matrix_dtype);
+                                 std::optional<DType> matrix_dtype,
+                                 std::optional<DType> lm_head_dtype = std::nullopt);
 
 }  // namespace moeserve::model
