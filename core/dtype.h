@@ -34,7 +34,9 @@ enum class DType : uint8_t {
   // whose rows are quantized at load, with their scales stored after the rows
   // (core/tensor.h: TensorBytes, PackedScales; kernels/quantize.h: the arithmetic).
   kQ8,  // "int8": int8 per weight, one f32 scale per row (output channel)
-  kQ4,  // "int4": 4 bits per weight in groups of kQ4Group along K, one f16 scale per group
+  // "int4": 4 bits per weight in groups of kQ4Group along K, one f16 scale per group; each
+  // matmul quantizes its activations to 15 bits, one scale per row (kernels/quantize.h).
+  kQ4,
   // "w8a8": stored as kQ8; each matmul also quantizes its activations to int8, one scale per
   // row (token), and sums int8 products in int32 (kernels/quantize.h).
   kQ8A8,
@@ -55,9 +57,10 @@ inline bool IsPackedDType(DType dtype) {
 inline bool IsInt8RowsDType(DType dtype) { return dtype == DType::kQ8 || dtype == DType::kQ8A8; }
 // True for the formats stored as 4-bit groups with one scale per group (kQ4, kQ4A8).
 inline bool IsInt4RowsDType(DType dtype) { return dtype == DType::kQ4 || dtype == DType::kQ4A8; }
-// True for the formats whose matmuls quantize their activations to int8 (kQ8A8, kQ4A8).
+// True for the formats whose matmuls quantize their activations (kQ8A8, kQ4A8 to 8 bits, kQ4 to
+// 15 bits; kernels/quantize.h).
 inline bool QuantizesActivations(DType dtype) {
-  return dtype == DType::kQ8A8 || dtype == DType::kQ4A8;
+  return dtype == DType::kQ8A8 || dtype == DType::kQ4A8 || dtype == DType::kQ4;
 }
 
 // Bytes per element (packed formats: 1, their container's; TensorBytes gives their storage).

@@ -38,9 +38,9 @@ namespace moeserve::kernels::HWY_NAMESPACE {
 // y[m, n] = sum_k x[m, k] * W[n, k] for m < M and n in [n_begin, n_end), on this target. w is
 // row-major [N, K] of w_dtype (kBF16, kF32, or packed kQ8 / kQ4 / kQ8A8 / kQ4A8 with their
 // `scales`, core/tensor.h); x row m at x + m * x_stride, y row m at y + m * y_stride. The
-// caller has validated the arguments (kernels/matmul.cc). kQ8A8 and kQ4A8 quantize x here, per
-// call; MatMul and MatMulGroup quantize once per call instead and call MatMulRangeQ8A8Impl /
-// MatMulRangeQ4A8Impl.
+// caller has validated the arguments (kernels/matmul.cc). kQ8A8, kQ4A8 and kQ4 quantize x here,
+// per call; MatMul and MatMulGroup quantize once per call instead and call MatMulRangeQ8A8Impl,
+// MatMulRangeQ4A8Impl or MatMulRangeQ4Impl.
 //
 // Inline (not static) so that the copy in each including translation unit is the same entity;
 // HWY_EXPORT takes its address, which forces an out-of-line definition per target.
@@ -60,20 +60,15 @@ inline void MatMulRangeImpl(const float* HWY_RESTRICT x, size_t x_stride, size_t
           mi::Q8Rows{static_cast<const int8_t*>(w), static_cast<const float*>(scales), K}, n_begin,
           n_end, y, y_stride);
       return;
-    case DType::kQ4:
-      mi::MatMulRangeT(
-          x, x_stride, M,
-          mi::Q4Rows{static_cast<const uint8_t*>(w), static_cast<const uint16_t*>(scales), K},
-          n_begin, n_end, y, y_stride);
-      return;
     case DType::kQ8A8:
-    case DType::kQ4A8: {
+    case DType::kQ4A8:
+    case DType::kQ4: {
       // Quantizes x here, on this thread (kernels/matmul.cc quantizes once per call instead).
       const size_t groups = K / static_cast<size_t>(kQ4Group);
       thread_local std::vector<int8_t> q;
       thread_local std::vector<float> x_scales;
       thread_local std::vector<int32_t> x_sums;
-      q.resize(M * K);
+      q.resize(2 * M * K);  // int4: two planes per row
       x_scales.resize(M);
       if (w_dtype == DType::kQ8A8) {
         x_sums.resize(M);
@@ -81,13 +76,20 @@ inline void MatMulRangeImpl(const float* HWY_RESTRICT x, size_t x_stride, size_t
         MatMulRangeQ8A8Impl(Int8Rows{q.data(), K, x_scales.data(), x_sums.data(), 1}, M,
                             static_cast<const int8_t*>(w), static_cast<const float*>(scales), K,
                             n_begin, n_end, y, y_stride);
-      } else {
+      } else if (w_dtype == DType::kQ4A8) {
         x_sums.resize(M * groups);
         QuantizeActivationsQ4A8Impl(x, x_stride, M, K, q.data(), K, x_scales.data(), x_sums.data(),
                                     groups);
         MatMulRangeQ4A8Impl(Int8Rows{q.data(), K, x_scales.data(), x_sums.data(), groups}, M,
                             static_cast<const uint8_t*>(w), static_cast<const uint16_t*>(scales), K,
                             n_begin, n_end, y, y_stride);
+      } else {
+        x_sums.resize(M * groups);
+        QuantizeActivationsQ4Impl(x, x_stride, M, K, q.data(), 2 * K, K, x_scales.data(),
+                                  x_sums.data(), groups);
+        MatMulRangeQ4Impl(Int8Rows{q.data(), 2 * K, x_scales.data(), x_sums.data(), groups, K}, M,
+                          static_cast<const uint8_t*>(w), static_cast<const uint16_t*>(scales), K,
+                          n_begin, n_end, y, y_stride);
       }
       return;
     }

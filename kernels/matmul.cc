@@ -28,8 +28,10 @@ namespace moeserve::kernels {
 HWY_EXPORT(MatMulRangeImpl);
 HWY_EXPORT(MatMulRangeQ8A8Impl);
 HWY_EXPORT(MatMulRangeQ4A8Impl);
+HWY_EXPORT(MatMulRangeQ4Impl);
 HWY_EXPORT(QuantizeActivationsImpl);
 HWY_EXPORT(QuantizeActivationsQ4A8Impl);
+HWY_EXPORT(QuantizeActivationsQ4Impl);
 
 namespace {
 
@@ -48,8 +50,9 @@ void CheckArguments(const float* x, int64_t x_stride, int64_t M, const Tensor& W
       << " is unsupported (bf16, f32, int8, int4, w8a8 or w4a8)";
   CHECK(W.dtype() != DType::kQ8A8 || W.dim(1) <= kMaxQ8A8K)
       << "MatMul: w8a8 needs K <= " << kMaxQ8A8K << ", got " << W.ShapeString();
-  CHECK(W.dtype() != DType::kQ4A8 || W.dim(1) % kQ4A8Block == 0)
-      << "MatMul: w4a8 needs K divisible by " << kQ4A8Block << ", got " << W.ShapeString();
+  CHECK(!IsInt4RowsDType(W.dtype()) || W.dim(1) % kQ4A8Block == 0)
+      << "MatMul: " << DTypeName(W.dtype()) << " needs K divisible by " << kQ4A8Block << ", got "
+      << W.ShapeString();
   CHECK(W.contiguous()) << "MatMul: W " << W.ShapeString() << " must be contiguous";
   CHECK_GE(M, 0) << "MatMul: M";
   if (M == 0) return;
@@ -61,7 +64,7 @@ void CheckArguments(const float* x, int64_t x_stride, int64_t M, const Tensor& W
   CHECK(y != nullptr || N == 0) << "MatMul: null y";
 }
 
-// w8a8 / w4a8: activations quantized once per call (not once per thread's range), on the
+// w8a8 / w4a8 / int4: activations quantized once per call (not once per thread's range), on the
 // calling thread, into its own scratch, which keeps the largest size it has needed (no
 // allocation once the largest batch has run). Rows are padded to a multiple of 64 bytes.
 struct ActivationScratch {
@@ -71,7 +74,7 @@ struct ActivationScratch {
   size_t rows = 0;  // in use
   size_t bytes = 0;
   size_t sum_count = 0;
-  std::vector<Int8Rows> jobs;  // MatMulGroup: job j's quantized rows (w8a8 / w4a8 jobs only)
+  std::vector<Int8Rows> jobs;  // MatMulGroup: job j's quantized rows (those jobs only)
 };
 
 ActivationScratch& ThreadScratch() {
@@ -79,11 +82,13 @@ ActivationScratch& ThreadScratch() {
   return scratch;
 }
 
-size_t RowBytes(int64_t K) { return (static_cast<size_t>(K) + 63) / 64 * 64; }
+// Bytes of one plane of a quantized row (int4 rows hold two).
+size_t PlaneBytes(int64_t K) { return (static_cast<size_t>(K) + 63) / 64 * 64; }
+size_t RowBytes(DType dtype, int64_t K) { return (dtype == DType::kQ4 ? 2 : 1) * PlaneBytes(K); }
 
-// The sums a quantized row carries: w8a8 one, w4a8 one per group.
+// The sums a quantized row carries: w8a8 one, w4a8 and int4 one per group.
 size_t SumsPerRow(DType dtype, int64_t K) {
-  return dtype == DType::kQ4A8 ? static_cast<size_t>(K / kQ4Group) : 1;
+  return IsInt4RowsDType(dtype) ? static_cast<size_t>(K / kQ4Group) : 1;
 }
 
 // Where the next rows go: scratch row (scales), byte (q) and sum.
@@ -95,7 +100,7 @@ struct ScratchCursor {
 // x first, then Quantize: the vectors may move while growing).
 void Reserve(ActivationScratch& s, int64_t rows, int64_t K, DType dtype) {
   s.rows += static_cast<size_t>(rows);
-  s.bytes += static_cast<size_t>(rows) * RowBytes(K);
+  s.bytes += static_cast<size_t>(rows) * RowBytes(dtype, K);
   s.sum_count += static_cast<size_t>(rows) * SumsPerRow(dtype, K);
   if (s.q.size() < s.bytes) s.q.resize(s.bytes);
   if (s.scales.size() < s.rows) s.scales.resize(s.rows);
@@ -106,12 +111,18 @@ void Reserve(ActivationScratch& s, int64_t rows, int64_t K, DType dtype) {
 Int8Rows Quantize(const float* x, int64_t x_stride, int64_t M, const Tensor& W,
                   ActivationScratch& s, ScratchCursor& at) {
   const int64_t K = W.dim(1);
-  const Int8Rows out{s.q.data() + at.byte, RowBytes(K), s.scales.data() + at.row,
-                     s.sums.data() + at.sum, SumsPerRow(W.dtype(), K)};
+  const DType dtype = W.dtype();
+  const Int8Rows out{s.q.data() + at.byte,     RowBytes(dtype, K),
+                     s.scales.data() + at.row, s.sums.data() + at.sum,
+                     SumsPerRow(dtype, K),     dtype == DType::kQ4 ? PlaneBytes(K) : 0};
   int8_t* q = s.q.data() + at.byte;
   float* scales = s.scales.data() + at.row;
   int32_t* sums = s.sums.data() + at.sum;
-  if (W.dtype() == DType::kQ4A8) {
+  if (dtype == DType::kQ4) {
+    HWY_DYNAMIC_DISPATCH(QuantizeActivationsQ4Impl)
+    (x, static_cast<size_t>(x_stride), static_cast<size_t>(M), static_cast<size_t>(K), q,
+     out.stride, out.low_plane, scales, sums, out.sums_stride);
+  } else if (dtype == DType::kQ4A8) {
     HWY_DYNAMIC_DISPATCH(QuantizeActivationsQ4A8Impl)
     (x, static_cast<size_t>(x_stride), static_cast<size_t>(M), static_cast<size_t>(K), q,
      out.stride, scales, sums, out.sums_stride);
@@ -131,7 +142,11 @@ void DispatchQuantized(const Int8Rows& xq, int64_t M, const Tensor& W, int64_t n
                        int64_t n_end, float* y, int64_t y_stride) {
   const size_t m = static_cast<size_t>(M), K = static_cast<size_t>(W.dim(1));
   const size_t begin = static_cast<size_t>(n_begin), end = static_cast<size_t>(n_end);
-  if (W.dtype() == DType::kQ4A8) {
+  if (W.dtype() == DType::kQ4) {
+    HWY_DYNAMIC_DISPATCH(MatMulRangeQ4Impl)
+    (xq, m, W.data_as<const uint8_t>(), PackedGroupScales(W), K, begin, end, y,
+     static_cast<size_t>(y_stride));
+  } else if (W.dtype() == DType::kQ4A8) {
     HWY_DYNAMIC_DISPATCH(MatMulRangeQ4A8Impl)
     (xq, m, W.data_as<const uint8_t>(), PackedGroupScales(W), K, begin, end, y,
      static_cast<size_t>(y_stride));

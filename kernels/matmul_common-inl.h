@@ -1,14 +1,14 @@
 // What the matmul kernels of every weight format share, per target (kernels/matmul-inl.h
 // includes them all): the register budget and tile shapes, the order in which a range of W rows
-// meets the rows of x (ForEachPass), and, for the formats that quantize activations (w8a8, w4a8),
-// the row quantizer and the range loop over a kernel's table of tiles.
+// meets the rows of x (ForEachPass), and, for the formats that quantize activations (w8a8, w4a8,
+// int4), the row quantizer and the range loop over a kernel's table of tiles.
 //
 // Batch invariance (docs/design.md principle 2). Every format computes each output y[m, n] in an
-// order that depends on K, the data and the SIMD target only (w8a8, w4a8: on K and the data
+// order that depends on K, the data and the SIMD target only (w8a8, w4a8, int4: on K and the data
 // only): never on the tile shape chosen for it (which depends on M, on n_begin/n_end and on N),
 // nor on the thread that computes it. Each format's file states its order: matmul_float-inl.h
-// (f32 / bf16, and the int8 / int4 weights it widens), matmul_int8-inl.h (w8a8),
-// matmul_int4-inl.h (w4a8).
+// (f32 / bf16, and the int8 weights it widens), matmul_int8-inl.h (w8a8),
+// matmul_int4-inl.h (w4a8, int4).
 //
 // No #pragma once: foreach_target.h includes this once per target, and the guard below toggles
 // with HWY_TARGET_TOGGLE so that each pass compiles it again inside that target's namespace.
@@ -33,8 +33,8 @@
 
 HWY_BEFORE_NAMESPACE();
 // Highway 1.0.3's AVX3_DL target enables "avxvnni" (the VEX form), not the AVX-512 VNNI that
-// its CPU check requires and that the w8a8 and w4a8 kernels use. Every matmul file compiles with
-// the same attributes, so that its functions inline into one another.
+// its CPU check requires and that the w8a8, w4a8 and int4 kernels use. Every matmul file compiles
+// with the same attributes, so that its functions inline into one another.
 #if HWY_TARGET == HWY_AVX3_DL
 HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512vnni")
 #endif
@@ -132,16 +132,11 @@ HWY_INLINE void ForEachPass(size_t M, size_t n_begin, size_t n_end, TileShape sh
   }
 }
 
-// ---- Activations quantized to int8 (w8a8, w4a8; kernels/quantize.h).
+// ---- Activations quantized to integers (w8a8, w4a8, int4; kernels/quantize.h).
 
-// Row x[0, K) quantized into p[0, K); its scale into *scale; returns sum_k p[k]. Bit-identical
-// to ref::QuantizeActivationRow on every target: max and the int32 sum are exact, and each p is
-// the same f32 product rounded half to even (NearestInt here, nearbyint there).
-inline int32_t QuantizeActivationRow(const float* HWY_RESTRICT x, size_t K, int8_t* HWY_RESTRICT p,
-                                     float* HWY_RESTRICT scale) {
+// The largest magnitude of x[0, K) and whether every element is finite (exact on every target).
+inline float RowAbsMax(const float* HWY_RESTRICT x, size_t K, bool* finite) {
   const DF df;
-  const hn::RebindToSigned<DF> di;
-  const hn::Rebind<int8_t, DF> d8;
   const size_t L = hn::Lanes(df);
   // Largest magnitude, and v * 0 summed: NaN if any element is Inf or NaN.
   VF vmax = hn::Zero(df), poison = hn::Zero(df);
@@ -152,21 +147,47 @@ inline int32_t QuantizeActivationRow(const float* HWY_RESTRICT x, size_t K, int8
     poison = hn::MulAdd(v, hn::Zero(df), poison);
   }
   float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
-  bool finite = !std::isnan(hn::GetLane(hn::SumOfLanes(df, poison)));
+  *finite = !std::isnan(hn::GetLane(hn::SumOfLanes(df, poison)));
   for (size_t j = k; j < K; ++j) {
-    finite = finite && std::isfinite(x[j]);
+    *finite = *finite && std::isfinite(x[j]);
     amax = std::max(amax, std::fabs(x[j]));
   }
-  if (!finite || amax < kMinQ8A8Scale) {
+  return amax;
+}
+
+// The scale of a row quantized to `levels` (kernels/quantize.h): 0 for a row below
+// kMinQ8A8Scale, NaN for one holding Inf or NaN (both quantize to p = 0), else amax / levels
+// (*inv = levels / amax).
+inline float ActivationScale(float amax, bool finite, float levels, float* inv) {
+  *inv = 0.0f;
+  if (!finite) return std::numeric_limits<float>::quiet_NaN();
+  if (amax < kMinQ8A8Scale) return 0.0f;
+  *inv = levels / amax;
+  return amax / levels;
+}
+
+// Row x[0, K) quantized into p[0, K); its scale into *scale; returns sum_k p[k]. Bit-identical
+// to ref::QuantizeActivationRow on every target: max and the int32 sum are exact, and each p is
+// the same f32 product rounded half to even (NearestInt here, nearbyint there).
+inline int32_t QuantizeActivationRow(const float* HWY_RESTRICT x, size_t K, int8_t* HWY_RESTRICT p,
+                                     float* HWY_RESTRICT scale) {
+  const DF df;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<int8_t, DF> d8;
+  const size_t L = hn::Lanes(df);
+  bool finite = true;
+  float inv = 0.0f;
+  const float amax = RowAbsMax(x, K, &finite);
+  *scale = ActivationScale(amax, finite, 127.0f, &inv);
+  if (inv == 0.0f) {
     std::fill(p, p + K, int8_t{0});
-    *scale = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
     return 0;
   }
-  const float inv = 127.0f / amax;
+  size_t k = 0;
   const VF vinv = hn::Set(df, inv);
   const auto lo = hn::Set(di, -127), hi = hn::Set(di, 127);
   auto vsum = hn::Zero(di);
-  for (k = 0; k + L <= K; k += L) {
+  for (; k + L <= K; k += L) {
     const auto q = hn::Min(hn::Max(hn::NearestInt(hn::Mul(hn::LoadU(df, x + k), vinv)), lo), hi);
     vsum = hn::Add(vsum, q);
     hn::StoreU(hn::DemoteTo(d8, q), d8, p + k);
@@ -176,7 +197,6 @@ inline int32_t QuantizeActivationRow(const float* HWY_RESTRICT x, size_t K, int8
     p[k] = static_cast<int8_t>(std::clamp(std::nearbyint(x[k] * inv), -127.0f, 127.0f));
     sum += p[k];
   }
-  *scale = amax / 127.0f;
   return sum;
 }
 

@@ -1,6 +1,6 @@
 // The float tiles, per target: f32 activations against weights read as f32 vectors, bf16 and
-// f32 rows here (FloatRows), the weight-only int8 and int4 rows of matmul_int8-inl.h (Q8Rows)
-// and matmul_int4-inl.h (Q4Rows). kernels/matmul-inl.h picks the format by dtype.
+// f32 rows here (FloatRows) and the weight-only int8 rows of matmul_int8-inl.h (Q8Rows).
+// kernels/matmul-inl.h picks the format by dtype.
 //
 // Reduction order (what makes results batch invariant). Let L = Lanes(ScalableTag<float>) of the
 // target. Every output y[m, n] has its own single accumulator vector acc, and
@@ -16,8 +16,7 @@
 // neither the tile shape chosen for an output (which depends on M, on n_begin/n_end and on N) nor
 // the thread that computes it can change a single bit of it. The bits depend on K, on the data
 // and on the SIMD target only. Packed weights keep this order: int8 rows convert each vector of
-// weights exactly and multiply y[m, n] by the row's scale once at the end; int4 rows convert each
-// vector to (nibble - 8) * group scale (one rounding) before its MulAdd.
+// weights exactly and multiply y[m, n] by the row's scale once at the end.
 //
 // No #pragma once: foreach_target.h includes this once per target, and the guard below toggles
 // with HWY_TARGET_TOGGLE so that each pass compiles it again inside that target's namespace.
@@ -82,23 +81,6 @@ struct FloatRows {
   float RowScale(size_t) const { return 1.0f; }
 };
 
-// Formats that can also read a group of vectors at a time (LoadGroup).
-template <class Fmt, class = void>
-struct IsGroupWise : std::false_type {};
-template <class Fmt>
-struct IsGroupWise<Fmt, std::void_t<decltype(Fmt::kGroupWise)>>
-    : std::bool_constant<Fmt::kGroupWise> {};
-
-// Tiles of up to this many x rows read group-wise formats a group at a time. That converts each
-// group once per row with fewer loads, but re-reads x for every W row of the tile; with 16 lanes
-// it pays only while the tile has few x rows (int4 timings, a vector against a group at a time:
-// docs/log/kernel-comments.md).
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-inline constexpr size_t kMaxGroupWiseM = 3;
-#else
-inline constexpr size_t kMaxGroupWiseM = kMaxTileM;
-#endif
-
 // One tile: outputs y[i, r] for i < kM, r < kRows (y row i at y + i * y_stride), from x rows
 // x + i * x_stride and W rows n0 + r of `fmt`. x_tail [kM, L] and w_tail [kRows, L] hold the last
 // K % L elements of each row, zero-padded to L lanes (unused when L divides K).
@@ -108,8 +90,7 @@ inline constexpr size_t kMaxGroupWiseM = kMaxTileM;
 // a stream into the next 4 KiB page, so without this each new tile starts with kRows cold
 // streams. Per step of K and row, one prefetch is issued per 16 bytes the step reads from the
 // row, for consecutive lines from the current column on, so each line of the tile ahead is
-// requested several times (prefetches that find the miss queues full are dropped); group-wise
-// formats also prefetch the row's scales, a line at a time.
+// requested several times (prefetches that find the miss queues full are dropped).
 // It raised the weight bandwidth of M = 1 on every target but AVX2 bf16 (unchanged), and
 // prefetching into L1 (T0) was slower than into L2 (docs/log/kernel-comments.md). A template
 // parameter rather than a test of next in the loop, which slowed the compute-bound passes
@@ -127,47 +108,21 @@ void Tile(const float* HWY_RESTRICT x, size_t x_stride, const Fmt& fmt, size_t n
     for (size_t r = 0; r < kRows; ++r) acc[i][r] = hn::Zero(df);
   }
   size_t k = 0;
-  constexpr bool kByGroup = IsGroupWise<Fmt>::value && kM <= kMaxGroupWiseM;
-  if constexpr (kByGroup) {
-    // A group of V vectors per row at a time, each row's vectors fed to its accumulators in
-    // order of k: the same chain of MulAdds per output as one vector at a time.
-    constexpr size_t kMaxGroupVectors = Fmt::kGroup;  // L = 1 at the least
-    const size_t V = Fmt::GroupVectors(df);
-    for (; k < K; k += Fmt::kGroup) {
-      for (size_t r = 0; r < kRows; ++r) {
-        if constexpr (kPrefetch) {
-          __builtin_prefetch(reinterpret_cast<const void*>(fmt.Address(next + r, k)), 0, 2);
-          if (k % Fmt::kScaleLineWeights == 0) {
-            __builtin_prefetch(reinterpret_cast<const void*>(fmt.ScaleAddress(next + r, k)), 0, 2);
-          }
-        }
-        VF wv[kMaxGroupVectors];
-        fmt.LoadGroup(df, n0 + r, k, wv);
-        for (size_t v = 0; v < V; ++v) {
-          for (size_t i = 0; i < kM; ++i) {
-            acc[i][r] = hn::MulAdd(wv[v], hn::LoadU(df, x + i * x_stride + k + v * L), acc[i][r]);
-          }
+  for (; k + L <= K; k += L) {
+    VF xv[kM];
+    for (size_t i = 0; i < kM; ++i) xv[i] = hn::LoadU(df, x + i * x_stride + k);
+    for (size_t r = 0; r < kRows; ++r) {
+      if constexpr (kPrefetch) {
+        // Addresses as integers: the last lines may lie past the next tile's end, outside W,
+        // where no pointer may point (a prefetch never faults, so they are harmless).
+        const uintptr_t line = fmt.Address(next + r, k);
+        for (size_t j = 0; j < prefetches; ++j) {
+          __builtin_prefetch(reinterpret_cast<const void*>(line + kLineBytes * j), /*rw=*/0,
+                             /*locality=*/2);
         }
       }
-    }
-  }
-  if constexpr (!kByGroup) {
-    for (; k + L <= K; k += L) {
-      VF xv[kM];
-      for (size_t i = 0; i < kM; ++i) xv[i] = hn::LoadU(df, x + i * x_stride + k);
-      for (size_t r = 0; r < kRows; ++r) {
-        if constexpr (kPrefetch) {
-          // Addresses as integers: the last lines may lie past the next tile's end, outside W,
-          // where no pointer may point (a prefetch never faults, so they are harmless).
-          const uintptr_t line = fmt.Address(next + r, k);
-          for (size_t j = 0; j < prefetches; ++j) {
-            __builtin_prefetch(reinterpret_cast<const void*>(line + kLineBytes * j), /*rw=*/0,
-                               /*locality=*/2);
-          }
-        }
-        const VF wv = fmt.Load(df, n0 + r, k);
-        for (size_t i = 0; i < kM; ++i) acc[i][r] = hn::MulAdd(wv, xv[i], acc[i][r]);
-      }
+      const VF wv = fmt.Load(df, n0 + r, k);
+      for (size_t i = 0; i < kM; ++i) acc[i][r] = hn::MulAdd(wv, xv[i], acc[i][r]);
     }
   }
   if (k < K) {

@@ -1,7 +1,8 @@
-// int4 weights (kernels/quantize.h), per target: Q4Rows, the weight-only rows the float tiles
-// widen to f32 (matmul_float-inl.h), and the w4a8 kernel, int8 activations times int4 weights,
-// exact per group, with its AVX-512 (VNNI where the CPU has it) and AVX2 intrinsic kernels and a
-// scalar one for the other targets, all three with the same bits.
+// int4 weights (kernels/quantize.h), per target: the kernel of w4a8 (int8 activations times int4
+// weights, exact per group) and of int4 (15-bit activations as two int8 planes, the same kernel
+// with each block's products of the two planes combined before the group sums), with its AVX-512
+// (VNNI where the CPU has it) and AVX2 intrinsic kernels and a scalar one for the other targets,
+// all three with the same bits.
 //
 // No #pragma once: foreach_target.h includes this once per target, and the guard below toggles
 // with HWY_TARGET_TOGGLE so that each pass compiles it again inside that target's namespace.
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 #include "hwy/highway.h"
@@ -43,84 +45,7 @@ HWY_INLINE float GroupScale(uint16_t bits) {
 #endif
 }
 
-// Weight-only int4 rows (f32 activations; a format of the float tiles) in groups of kQ4Group
-// with a scale per group (kernels/quantize.h): weights (nibble - 8) * scale, one rounding. Two
-// ways to read them, with the same bits:
-//   Load: L weights from k. L divides 16 on every target, so they lie in one half of a group:
-//     one load of L bytes, then the low (first half) or high (second half) nibbles.
-//   LoadGroup (kGroupWise): a whole group, its 16 bytes loaded once as 16 / L loads of L bytes,
-//     each giving L low nibbles (weights j) and L high ones (weights j + 16). With 16 lanes the
-//     weights are a lookup of the nibble in the group's table of (-8 .. 7) * scale: one permute
-//     instead of subtract, convert and multiply.
-// K is a multiple of kQ4Group, so there is no tail.
-struct Q4Rows {
-  const uint8_t* HWY_RESTRICT w;        // row r at w + r * K / 2
-  const uint16_t* HWY_RESTRICT scales;  // [N, K / kQ4Group], f16
-  size_t K;
-  static constexpr bool kRowScaled = false;
-  static constexpr bool kGroupWise = true;
-  static constexpr size_t kGroup = static_cast<size_t>(kQ4Group);
-  // Vectors per group.
-  static size_t GroupVectors(DF df) { return kGroup / hn::Lanes(df); }
-  // The kGroup weights of row `row` from column k (a multiple of kGroup) as GroupVectors f32
-  // vectors, in order, into out.
-  HWY_INLINE void LoadGroup(DF df, size_t row, size_t k, VF* HWY_RESTRICT out) const {
-    const hn::Rebind<uint8_t, DF> d8;
-    const hn::Rebind<int32_t, DF> d32;
-    const size_t L = hn::Lanes(df), half = kGroup / 2;
-    const uint8_t* HWY_RESTRICT bytes = w + (row * K + k) / 2;
-    const float scale = GroupScale(scales[(row * K + k) / kGroup]);
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-    static_assert(HWY_LANES(float) == 16, "one permute covers the 16 nibble values");
-    // (nibble - 8) * scale for every nibble value, then a lookup per weight.
-    alignas(64) static constexpr float kValues[16] = {-8, -7, -6, -5, -4, -3, -2, -1,
-                                                      0,  1,  2,  3,  4,  5,  6,  7};
-    const VF table = hn::Mul(hn::Load(df, kValues), hn::Set(df, scale));
-    const auto packed = hn::PromoteTo(d32, hn::LoadU(d8, bytes));
-    out[0] = hn::TableLookupLanes(table, hn::IndicesFromVec(df, hn::And(packed, hn::Set(d32, 15))));
-    out[1] = hn::TableLookupLanes(table, hn::IndicesFromVec(df, hn::ShiftRight<4>(packed)));
-    (void)L;
-    (void)half;
-#else
-    const VF s = hn::Set(df, scale);
-    const auto eight = hn::Set(d32, 8);
-    for (size_t j = 0; j < half; j += L) {
-      const auto packed = hn::PromoteTo(d32, hn::LoadU(d8, bytes + j));
-      out[j / L] = hn::Mul(hn::ConvertTo(df, hn::Sub(hn::And(packed, hn::Set(d32, 15)), eight)), s);
-      out[(half + j) / L] =
-          hn::Mul(hn::ConvertTo(df, hn::Sub(hn::ShiftRight<4>(packed), eight)), s);
-    }
-#endif
-  }
-  HWY_INLINE VF Load(DF df, size_t row, size_t k) const {
-    const hn::Rebind<uint8_t, DF> d8;
-    const hn::Rebind<int32_t, DF> d32;
-    const size_t g = k / kGroup, j = k % kGroup;
-    const auto bytes =
-        hn::PromoteTo(d32, hn::LoadU(d8, w + row * K / 2 + g * kGroup / 2 + j % (kGroup / 2)));
-    const auto nibbles =
-        j < kGroup / 2 ? hn::And(bytes, hn::Set(d32, 15)) : hn::ShiftRight<4>(bytes);
-    return hn::Mul(hn::ConvertTo(df, hn::Sub(nibbles, hn::Set(d32, 8))),
-                   hn::Set(df, GroupScale(scales[row * (K / kGroup) + g])));
-  }
-  float At(size_t row, size_t k) const {
-    const uint8_t b = w[row * K / 2 + k / kGroup * kGroup / 2 + k % (kGroup / 2)];
-    const int nibble = k % kGroup < kGroup / 2 ? (b & 15) : (b >> 4);
-    return static_cast<float>(nibble - 8) * GroupScale(scales[row * (K / kGroup) + k / kGroup]);
-  }
-  uintptr_t Address(size_t row, size_t k) const {
-    return reinterpret_cast<uintptr_t>(w + row * K / 2 + k / 2);
-  }
-  // Where the scale of the group at (row, k) lies, and the weights a line of scales covers.
-  uintptr_t ScaleAddress(size_t row, size_t k) const {
-    return reinterpret_cast<uintptr_t>(scales + (row * K + k) / kGroup);
-  }
-  static constexpr size_t kScaleLineWeights = kLineBytes / sizeof(uint16_t) * kGroup;
-  static size_t BytesPer(size_t lanes) { return lanes / 2; }
-  float RowScale(size_t) const { return 1.0f; }
-};
-
-// ---- w4a8: int8 activations times int4 weights, exact per group.
+// ---- w4a8 and int4: int8 (or 15-bit) activations times int4 weights, exact per group.
 //
 // Layout. A w4a8 W row stores int4's groups: 16 bytes per group of 32, byte j holding weights j
 // (low nibble) and j + 16 (high). A vector of 64 bytes (a block: 4 groups, kQ4A8Block weights)
@@ -128,7 +53,10 @@ struct Q4Rows {
 // rows are reordered to match (ToQ4A8Layout, kernels/quantize.h): per block, p of the 4 groups'
 // first halves, then of their second halves, so that each nibble vector meets its x bytes in one
 // load. The kernels multiply nibbles (0 .. 15, unsigned) by p (signed): sum nibble * p over a
-// group, less 8 * sum p over the group (xq.sums), is the group's exact sum i_g.
+// group, less 8 * sum p over the group (xq.sums), is the group's exact sum i_g. int4's p has two
+// planes (kPlanes = 2), each laid out so: a block's int32 lane sums are those of the high plane
+// times 128 plus those of the low plane, exact (|lane| <= 8 * 15 * kQ4Levels), and from there on
+// the kernel is w4a8's.
 //
 // Order. A superblock is 16 groups (4 blocks): their 16 sums i_g become one vector of 16 ints in
 // group order (per target below), then acc[g] = fma(float(i_g), s_g, acc[g]) for the 16 lanes,
@@ -144,7 +72,8 @@ struct Q4A8Tile {
   const uint8_t* HWY_RESTRICT next_w[kRows];
   const uint16_t* HWY_RESTRICT next_scales[kRows];
   const uint16_t* HWY_RESTRICT scales[kRows];  // f16
-  const int8_t* HWY_RESTRICT p[kM];
+  const int8_t* HWY_RESTRICT p[kM];            // int4: the high plane
+  const int8_t* HWY_RESTRICT p_low[kM];        // int4: the low plane
   const int32_t* HWY_RESTRICT sums[kM];
 };
 
@@ -199,7 +128,19 @@ HWY_INLINE __m512i GroupSumsQ4A8(__m512i ab, __m512i cd) {
 
 // The superblock at column k, of which kBlocks blocks lie inside the row, for every output of
 // a tile: the W row's nibbles unpacked once per block, used by the tile's kM x rows.
-template <size_t kBlocks, size_t kRows, size_t kM, bool kPrefetch>
+// As BlockDotQ4A8 for kPlanes planes of x at offset `at` (int4: high * 128 + low).
+template <size_t kPlanes, size_t kRows, size_t kM>
+HWY_INLINE __m512i PlanesDotQ4A8(__m512i low, __m512i high, const Q4A8Tile<kRows, kM>& t, size_t i,
+                                 size_t at) {
+  const __m512i part = BlockDotQ4A8(low, high, t.p[i] + at);
+  if constexpr (kPlanes == 1) {
+    return part;
+  } else {
+    return _mm512_add_epi32(_mm512_slli_epi32(part, 7), BlockDotQ4A8(low, high, t.p_low[i] + at));
+  }
+}
+
+template <size_t kBlocks, size_t kRows, size_t kM, bool kPrefetch, size_t kPlanes>
 HWY_INLINE void SuperblockQ4A8(const Q4A8Tile<kRows, kM>& t, size_t k, Q4A8Acc (&acc)[kM][kRows]) {
   constexpr __mmask16 kValid = static_cast<__mmask16>((1u << (4 * kBlocks)) - 1);
   const size_t g0 = k / kQ4Group;
@@ -219,8 +160,8 @@ HWY_INLINE void SuperblockQ4A8(const Q4A8Tile<kRows, kM>& t, size_t k, Q4A8Acc (
         high = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
       }
       for (size_t i = 0; i < kM; ++i) {
-        const __m512i part =
-            b < kBlocks ? BlockDotQ4A8(low, high, t.p[i] + k + 128 * b) : _mm512_setzero_si512();
+        const __m512i part = b < kBlocks ? PlanesDotQ4A8<kPlanes>(low, high, t, i, k + 128 * b)
+                                         : _mm512_setzero_si512();
         if (b % 2 == 0) {
           pending[i] = part;
         } else {
@@ -296,7 +237,20 @@ HWY_INLINE __m128i LoadScalesQ4A8(const uint16_t* from) {
   }
 }
 
-template <size_t kBlocks, size_t kRows, size_t kM, bool kPrefetch>
+// As HalfBlockDotQ4A8 for kPlanes planes of x at offset `at` (int4: high * 128 + low).
+template <size_t kPlanes, size_t kRows, size_t kM>
+HWY_INLINE __m256i HalfPlanesDotQ4A8(__m256i low, __m256i high, const Q4A8Tile<kRows, kM>& t,
+                                     size_t i, size_t at) {
+  const __m256i part = HalfBlockDotQ4A8(low, high, t.p[i] + at, t.p[i] + at + 64);
+  if constexpr (kPlanes == 1) {
+    return part;
+  } else {
+    return _mm256_add_epi32(_mm256_slli_epi32(part, 7),
+                            HalfBlockDotQ4A8(low, high, t.p_low[i] + at, t.p_low[i] + at + 64));
+  }
+}
+
+template <size_t kBlocks, size_t kRows, size_t kM, bool kPrefetch, size_t kPlanes>
 HWY_INLINE void SuperblockQ4A8(const Q4A8Tile<kRows, kM>& t, size_t k, Q4A8Acc (&acc)[kM][kRows]) {
   const size_t g0 = k / kQ4Group;
   const __m256i nibble = _mm256_set1_epi8(15);
@@ -320,9 +274,9 @@ HWY_INLINE void SuperblockQ4A8(const Q4A8Tile<kRows, kM>& t, size_t k, Q4A8Acc (
           high = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
         }
         for (size_t i = 0; i < kM; ++i) {
-          const int8_t* HWY_RESTRICT p = t.p[i] + k + 256 * q + 128 * (h / 2) + 32 * (h % 2);
-          const __m256i part =
-              h / 2 < blocks ? HalfBlockDotQ4A8(low, high, p, p + 64) : _mm256_setzero_si256();
+          const size_t at = k + 256 * q + 128 * (h / 2) + 32 * (h % 2);
+          const __m256i part = h / 2 < blocks ? HalfPlanesDotQ4A8<kPlanes>(low, high, t, i, at)
+                                              : _mm256_setzero_si256();
           if (h % 2 == 0) {
             pending[i] = part;
           } else {
@@ -346,7 +300,7 @@ HWY_INLINE void SuperblockQ4A8(const Q4A8Tile<kRows, kM>& t, size_t k, Q4A8Acc (
 #endif
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-template <size_t kRows, size_t kM, bool kPrefetch>
+template <size_t kRows, size_t kM, bool kPrefetch, size_t kPlanes>
 void TileQ4A8(const Int8Rows& xq, size_t m0, const uint8_t* HWY_RESTRICT w,
               const uint16_t* HWY_RESTRICT w_scales, size_t K, size_t n0, size_t next,
               float* HWY_RESTRICT y, size_t y_stride) {
@@ -361,6 +315,7 @@ void TileQ4A8(const Int8Rows& xq, size_t m0, const uint8_t* HWY_RESTRICT w,
   }
   for (size_t i = 0; i < kM; ++i) {
     t.p[i] = xq.q + (m0 + i) * xq.stride;
+    t.p_low[i] = t.p[i] + xq.low_plane;
     t.sums[i] = xq.sums + (m0 + i) * xq.sums_stride;
   }
   Q4A8Acc acc[kM][kRows];
@@ -368,16 +323,16 @@ void TileQ4A8(const Int8Rows& xq, size_t m0, const uint8_t* HWY_RESTRICT w,
     for (size_t r = 0; r < kRows; ++r) acc[i][r] = ZeroQ4A8Acc();
   }
   size_t k = 0;
-  for (; k + kSuper <= K; k += kSuper) SuperblockQ4A8<4, kRows, kM, kPrefetch>(t, k, acc);
+  for (; k + kSuper <= K; k += kSuper) SuperblockQ4A8<4, kRows, kM, kPrefetch, kPlanes>(t, k, acc);
   switch ((K - k) / kQ4A8Block) {
     case 1:
-      SuperblockQ4A8<1, kRows, kM, kPrefetch>(t, k, acc);
+      SuperblockQ4A8<1, kRows, kM, kPrefetch, kPlanes>(t, k, acc);
       break;
     case 2:
-      SuperblockQ4A8<2, kRows, kM, kPrefetch>(t, k, acc);
+      SuperblockQ4A8<2, kRows, kM, kPrefetch, kPlanes>(t, k, acc);
       break;
     case 3:
-      SuperblockQ4A8<3, kRows, kM, kPrefetch>(t, k, acc);
+      SuperblockQ4A8<3, kRows, kM, kPrefetch, kPlanes>(t, k, acc);
       break;
     default:
       break;
@@ -390,8 +345,18 @@ void TileQ4A8(const Int8Rows& xq, size_t m0, const uint8_t* HWY_RESTRICT w,
 }
 
 #else
+// p at `at` of a row whose high plane is at p (int4: high * 128 + low).
+template <size_t kPlanes>
+int32_t PlanesValue(const Int8Rows& xq, const int8_t* HWY_RESTRICT p, size_t at) {
+  if constexpr (kPlanes == 1) {
+    return p[at];
+  } else {
+    return 128 * p[at] + p[xq.low_plane + at];
+  }
+}
+
 // Other targets: one group at a time in scalar code, std::fma for the step every target takes.
-template <size_t kRows, size_t kM, bool kPrefetch>
+template <size_t kRows, size_t kM, bool kPrefetch, size_t kPlanes>
 void TileQ4A8(const Int8Rows& xq, size_t m0, const uint8_t* HWY_RESTRICT w,
               const uint16_t* HWY_RESTRICT w_scales, size_t K, size_t n0, size_t /*next*/,
               float* HWY_RESTRICT y, size_t y_stride) {
@@ -411,8 +376,9 @@ void TileQ4A8(const Int8Rows& xq, size_t m0, const uint8_t* HWY_RESTRICT w,
           const size_t b = g / 4, t = g % 4;
           for (size_t j = 0; j < 16; ++j) {
             const int byte = bytes[16 * g + j];
-            const int8_t* HWY_RESTRICT p_low = p + 128 * b + 16 * t;
-            sum += (byte & 15) * p_low[j] + (byte >> 4) * p_low[64 + j];
+            const size_t at = 128 * b + 16 * t + j;  // of the low nibble's p; the high's + 64
+            sum += (byte & 15) * PlanesValue<kPlanes>(xq, p, at) +
+                   (byte >> 4) * PlanesValue<kPlanes>(xq, p, at + 64);
           }
           sum -= 8 * p_sums[g];
           scale = GroupScale(w_scales[(n0 + r) * groups + g]);
@@ -443,7 +409,9 @@ inline TileShape ChooseTileShapeQ4A8(size_t M) {
 #endif
 }
 
-struct Q4A8Kernel {
+// w4a8 (kPlanes = 1) and int4 (kPlanes = 2).
+template <size_t kPlanes>
+struct Q4Kernel {
   using Weight = uint8_t;
   using Scale = uint16_t;  // f16
   static size_t RowBytes(size_t K) { return K / 2; }
@@ -454,10 +422,45 @@ struct Q4A8Kernel {
   static void Tile(const Int8Rows& xq, size_t m0, const uint8_t* HWY_RESTRICT w,
                    const uint16_t* HWY_RESTRICT w_scales, size_t K, size_t n0, size_t next,
                    float* HWY_RESTRICT y, size_t y_stride) {
-    TileQ4A8<kRows, kM, kPrefetch>(xq, m0, w, w_scales, K, n0, next, y, y_stride);
+    TileQ4A8<kRows, kM, kPrefetch, kPlanes>(xq, m0, w, w_scales, K, n0, next, y, y_stride);
   }
   static TileShape Shape(size_t M) { return ChooseTileShapeQ4A8(M); }
 };
+
+// Row x[0, K) quantized for int4 (kernels/quantize.h: p in [-kQ4Levels, kQ4Levels]) as its two
+// planes, high[k] = p >> 7 and low[k] = p & 127; its scale into *scale. Bit-identical to
+// ref::QuantizeActivationRow with kQ4Levels, as QuantizeActivationRow is with 127.
+inline void QuantizeActivationRowQ4(const float* HWY_RESTRICT x, size_t K,
+                                    int8_t* HWY_RESTRICT high, int8_t* HWY_RESTRICT low,
+                                    float* HWY_RESTRICT scale) {
+  const DF df;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<int8_t, DF> d8;
+  const size_t L = hn::Lanes(df);
+  bool finite = true;
+  float inv = 0.0f;
+  const float amax = RowAbsMax(x, K, &finite);
+  *scale = ActivationScale(amax, finite, static_cast<float>(kQ4Levels), &inv);
+  if (inv == 0.0f) {
+    std::fill(high, high + K, int8_t{0});
+    std::fill(low, low + K, int8_t{0});
+    return;
+  }
+  const VF vinv = hn::Set(df, inv);
+  const auto lo = hn::Set(di, -kQ4Levels), hi = hn::Set(di, kQ4Levels), mask = hn::Set(di, 127);
+  size_t k = 0;
+  for (; k + L <= K; k += L) {
+    const auto q = hn::Min(hn::Max(hn::NearestInt(hn::Mul(hn::LoadU(df, x + k), vinv)), lo), hi);
+    hn::StoreU(hn::DemoteTo(d8, hn::ShiftRight<7>(q)), d8, high + k);
+    hn::StoreU(hn::DemoteTo(d8, hn::And(q, mask)), d8, low + k);
+  }
+  for (; k < K; ++k) {
+    const auto q = static_cast<int32_t>(std::clamp(
+        std::nearbyint(x[k] * inv), static_cast<float>(-kQ4Levels), static_cast<float>(kQ4Levels)));
+    high[k] = static_cast<int8_t>(q >> 7);
+    low[k] = static_cast<int8_t>(q & 127);
+  }
+}
 
 }  // namespace matmul_internal
 
@@ -474,13 +477,41 @@ inline void QuantizeActivationsQ4A8Impl(const float* HWY_RESTRICT x, size_t x_st
   }
 }
 
+// Quantizes M rows of x for int4: row m's high plane at q + m * q_stride, its low plane
+// low_plane bytes after it, each in the w4a8 layout (ToQ4A8Layout), the group sums of
+// p = 128 * high + low at sums + m * sums_stride.
+inline void QuantizeActivationsQ4Impl(const float* HWY_RESTRICT x, size_t x_stride, size_t M,
+                                      size_t K, int8_t* HWY_RESTRICT q, size_t q_stride,
+                                      size_t low_plane, float* HWY_RESTRICT scales,
+                                      int32_t* HWY_RESTRICT sums, size_t sums_stride) {
+  thread_local std::vector<int32_t> low_sums;
+  low_sums.resize(K / kQ4Group);
+  for (size_t m = 0; m < M; ++m) {
+    int8_t* high = q + m * q_stride;
+    int8_t* low = high + low_plane;
+    int32_t* row_sums = sums + m * sums_stride;
+    matmul_internal::QuantizeActivationRowQ4(x + m * x_stride, K, high, low, &scales[m]);
+    ToQ4A8Layout(high, static_cast<int64_t>(K), row_sums);
+    ToQ4A8Layout(low, static_cast<int64_t>(K), low_sums.data());
+    for (size_t g = 0; g < K / kQ4Group; ++g) row_sums[g] = 128 * row_sums[g] + low_sums[g];
+  }
+}
+
 // y[m, n] against w4a8 weights (int4 [N, K] at w with w_scales), from activations quantized by
 // QuantizeActivationsQ4A8Impl.
 inline void MatMulRangeQ4A8Impl(const Int8Rows& xq, size_t M, const uint8_t* HWY_RESTRICT w,
                                 const uint16_t* HWY_RESTRICT w_scales, size_t K, size_t n_begin,
                                 size_t n_end, float* HWY_RESTRICT y, size_t y_stride) {
-  matmul_internal::MatMulRangeQuantized<matmul_internal::Q4A8Kernel>(xq, M, w, w_scales, K, n_begin,
-                                                                     n_end, y, y_stride);
+  matmul_internal::MatMulRangeQuantized<matmul_internal::Q4Kernel<1>>(xq, M, w, w_scales, K,
+                                                                      n_begin, n_end, y, y_stride);
+}
+
+// y[m, n] against int4 weights, from activations quantized by QuantizeActivationsQ4Impl.
+inline void MatMulRangeQ4Impl(const Int8Rows& xq, size_t M, const uint8_t* HWY_RESTRICT w,
+                              const uint16_t* HWY_RESTRICT w_scales, size_t K, size_t n_begin,
+                              size_t n_end, float* HWY_RESTRICT y, size_t y_stride) {
+  matmul_internal::MatMulRangeQuantized<matmul_internal::Q4Kernel<2>>(xq, M, w, w_scales, K,
+                                                                      n_begin, n_end, y, y_stride);
 }
 
 }  // namespace moeserve::kernels::HWY_NAMESPACE

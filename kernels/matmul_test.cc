@@ -64,8 +64,8 @@ class Weights {
 
   Tensor view() {
     if (IsPackedDType(dtype_)) return packed_.view();
-    void* data = dtype_ == DType::kBF16 ? static_cast<void*>(bf16_.data())
-                                        : static_cast<void*>(f32_.data());
+    void* data =
+        dtype_ == DType::kBF16 ? static_cast<void*>(bf16_.data()) : static_cast<void*>(f32_.data());
     return Tensor(data, dtype_, {N_, K_});
   }
 
@@ -119,8 +119,7 @@ std::vector<float> WeightsAsF32(const Tensor& W) {
 // the scale of the rounding error of any f32 summation order. Also checks that every element of
 // y's buffer outside the outputs still holds kYSentinel. Reports at most a few mismatches.
 void ExpectMatchesReference(const std::vector<float>& y, int64_t y_stride, const float* x,
-                            int64_t x_stride, int64_t M, const Tensor& W,
-                            const std::string& what) {
+                            int64_t x_stride, int64_t M, const Tensor& W, const std::string& what) {
   const int64_t N = W.dim(0);
   const int64_t K = W.dim(1);
   std::vector<float> want(static_cast<size_t>(M * N));
@@ -179,11 +178,21 @@ std::vector<float> QuantizationRows(int64_t M, int64_t K, std::mt19937& rng) {
     float* row = x.data() + m * K;
     for (int64_t k = 0; k < K; ++k) row[k] = normal(rng);
     switch (m % kQuantizationRowKinds) {
-      case 0: row[K / 2] = 40.0f; break;
-      case 1: std::fill(row, row + K, 0.0f); break;
-      case 2: for (int64_t k = 0; k < K; ++k) row[k] *= 1e-32f; break;
-      case 3: row[K - 1] = std::numeric_limits<float>::infinity(); break;
-      case 4: row[0] = kNaN; break;
+      case 0:
+        row[K / 2] = 40.0f;
+        break;
+      case 1:
+        std::fill(row, row + K, 0.0f);
+        break;
+      case 2:
+        for (int64_t k = 0; k < K; ++k) row[k] *= 1e-32f;
+        break;
+      case 3:
+        row[K - 1] = std::numeric_limits<float>::infinity();
+        break;
+      case 4:
+        row[0] = kNaN;
+        break;
       case 5:
         for (int64_t k = 0; k < K; ++k) row[k] = static_cast<float>(k % 254 - 127) + 0.5f;
         row[0] = 127.0f;  // max|x| = 127: x * 127 / 127 = x
@@ -221,14 +230,14 @@ namespace moeserve::kernels::HWY_NAMESPACE {
 
 using matmul_test::Describe;
 using matmul_test::ExpectMatchesReference;
+using matmul_test::ExpectSpecialRows;
+using matmul_test::kQuantizationRowKinds;
+using matmul_test::kWeightDTypes;
 using matmul_test::MakeX;
 using matmul_test::MakeY;
+using matmul_test::QuantizationRows;
 using matmul_test::RowsIdentical;
 using matmul_test::Weights;
-using matmul_test::kWeightDTypes;
-using matmul_test::kQuantizationRowKinds;
-using matmul_test::QuantizationRows;
-using matmul_test::ExpectSpecialRows;
 
 // Helpers in their own namespace: other kernels' tests define per-target functions too.
 namespace matmul_test_target {
@@ -276,14 +285,14 @@ HWY_NOINLINE void TestMatMulMatchesReference() {
       }
     }
   }
-  // int4: only K = 32, 64, 128, 640, 2048 (multiples of its group); w4a8: 128, 640, 2048.
-  EXPECT_EQ(cases, (4 * 13 + 5 + 3) * 7 * 6);
+  // int4 and w4a8: only K = 128, 640, 2048 (multiples of kQ4A8Block).
+  EXPECT_EQ(cases, (4 * 13 + 3 + 3) * 7 * 6);
 }
 
 // Each of the M rows of `full` (y of x [M, K] against W's first N rows) equals, bit for bit, the
 // same row computed alone (M = 1).
-void ExpectEachRowMatchesAlone(const std::vector<float>& full, const float* x, int64_t K,
-                               int64_t M, const Tensor& W, int64_t N, const std::string& where) {
+void ExpectEachRowMatchesAlone(const std::vector<float>& full, const float* x, int64_t K, int64_t M,
+                               const Tensor& W, int64_t N, const std::string& where) {
   for (int64_t m = 0; m < M; ++m) {
     std::vector<float> one(static_cast<size_t>(N));
     Run(x + m * K, K, 1, W, 0, N, one.data(), N);
@@ -392,8 +401,8 @@ HWY_NOINLINE void TestW8A8ExactlyMatchesReference() {
       float got_scale = -1, want_scale = -2;
       const int32_t got_sum = matmul_internal::QuantizeActivationRow(
           x.data() + m * K, static_cast<size_t>(K), got.data(), &got_scale);
-      const int32_t want_sum = ref::QuantizeActivationRow(x.data() + m * K, K, want.data(),
-                                                          &want_scale);
+      const int32_t want_sum =
+          ref::QuantizeActivationRow(x.data() + m * K, K, want.data(), &want_scale);
       EXPECT_EQ(got, want) << hwy::TargetName(HWY_TARGET) << " K=" << K << " m=" << m;
       EXPECT_EQ(got_sum, want_sum) << hwy::TargetName(HWY_TARGET) << " K=" << K << " m=" << m;
       EXPECT_EQ(std::memcmp(&got_scale, &want_scale, sizeof(float)), 0)
@@ -450,48 +459,51 @@ HWY_NOINLINE void TestMatMulRangeWritesOnlyItsOutputs() {
   }
 }
 
-// w4a8 adds its groups' exact integer sums in one fixed order, so every target must equal the
-// reference bit for bit: every tile shape, partial superblocks (K % 512), the special rows,
-// the largest group sums, and the in-place layout of the activations.
+// w4a8 and int4 add their groups' exact integer sums in one fixed order, so every target must
+// equal the reference bit for bit: every tile shape, partial superblocks (K % 512), the special
+// rows, the largest group sums, and the in-place layout of the activations.
 HWY_NOINLINE void TestW4A8ExactlyMatchesReference() {
   std::mt19937 rng(41);
-  for (int64_t K : {128, 256, 384, 512, 640, 896, 1024, 2048 + 384}) {
-    const int64_t M = kQuantizationRowKinds + 5;
-    const std::vector<float> x = QuantizationRows(M, K, rng);
-    for (int64_t N : {1, 2, 5, 9, 33}) {
-      Weights w(DType::kQ4A8, N, K, static_cast<uint32_t>(K * 100 + N));
-      const Tensor W = w.view();
-      std::vector<float> want(static_cast<size_t>(M * N));
-      ref::MatMul(x.data(), K, M, W, want.data(), N);
-      // Every batch size from 1 to M: each tile shape and its partial tiles.
-      for (int64_t rows = 1; rows <= M; ++rows) {
-        std::vector<float> got(static_cast<size_t>(rows * N));
-        Run(x.data(), K, rows, W, 0, N, got.data(), N);
-        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
-            << Where(DType::kQ4A8, rows, N, K);
+  for (DType dtype : {DType::kQ4A8, DType::kQ4}) {
+    for (int64_t K : {128, 256, 384, 512, 640, 896, 1024, 2048 + 384}) {
+      const int64_t M = kQuantizationRowKinds + 5;
+      const std::vector<float> x = QuantizationRows(M, K, rng);
+      for (int64_t N : {1, 2, 5, 9, 33}) {
+        Weights w(dtype, N, K, static_cast<uint32_t>(K * 100 + N));
+        const Tensor W = w.view();
+        std::vector<float> want(static_cast<size_t>(M * N));
+        ref::MatMul(x.data(), K, M, W, want.data(), N);
+        // Every batch size from 1 to M: each tile shape and its partial tiles.
+        for (int64_t rows = 1; rows <= M; ++rows) {
+          std::vector<float> got(static_cast<size_t>(rows * N));
+          Run(x.data(), K, rows, W, 0, N, got.data(), N);
+          EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+              << Where(dtype, rows, N, K);
+        }
+        ExpectSpecialRows(want, N, Where(dtype, M, N, K));
       }
-      ExpectSpecialRows(want, N, Where(DType::kQ4A8, M, N, K));
     }
-  }
-  // The largest group sums: nibbles 0 and 15 (weights -8 and 7 times the scale; int4 quantizes
-  // to -7 .. 7, the kernel takes any nibble) against p = +-127, every group of a 2048 row.
-  const int64_t K = 2048, N = 4;
-  OwnedTensor W(DType::kQ4A8, {N, K});
-  std::vector<float> ones(static_cast<size_t>(K), 1.0f);
-  for (int64_t n = 0; n < N; ++n) QuantizeRow(ones.data(), W.view(), n);
-  uint8_t* bytes = W.view().data_as<uint8_t>();
-  std::fill(bytes, bytes + K / 2, uint8_t{0x00});             // row 0: all -8
-  std::fill(bytes + K / 2, bytes + K, uint8_t{0xff});         // row 1: all 7
-  std::fill(bytes + K, bytes + 3 * K / 2, uint8_t{0x0f});     // row 2: 7 then -8
-  for (float sign : {1.0f, -1.0f}) {
-    std::vector<float> row(static_cast<size_t>(K), sign);
-    float y[N] = {}, want[N] = {};
-    Run(row.data(), K, 1, W.view(), 0, N, y, N);
-    ref::MatMul(row.data(), K, 1, W.view(), want, N);
-    EXPECT_EQ(std::memcmp(y, want, sizeof(y)), 0) << hwy::TargetName(HWY_TARGET);
-    // s = 1 / 7 per group, p = +-127 with a = 1 / 127: y = sum (nibble - 8) / 7.
-    EXPECT_NEAR(y[0], sign * -8.0f / 7.0f * K, 1e-2f * K) << hwy::TargetName(HWY_TARGET);
-    EXPECT_NEAR(y[1], sign * K, 1e-2f * K) << hwy::TargetName(HWY_TARGET);
+    // The largest group sums: nibbles 0 and 15 (weights -8 and 7 times the scale; int4
+    // quantizes to -7 .. 7, the kernel takes any nibble) against the largest p (+-127 for w4a8,
+    // +-kQ4Levels for int4), every group of a 2048 row.
+    const int64_t K = 2048, N = 4;
+    OwnedTensor W(dtype, {N, K});
+    std::vector<float> ones(static_cast<size_t>(K), 1.0f);
+    for (int64_t n = 0; n < N; ++n) QuantizeRow(ones.data(), W.view(), n);
+    uint8_t* bytes = W.view().data_as<uint8_t>();
+    std::fill(bytes, bytes + K / 2, uint8_t{0x00});          // row 0: all -8
+    std::fill(bytes + K / 2, bytes + K, uint8_t{0xff});      // row 1: all 7
+    std::fill(bytes + K, bytes + 3 * K / 2, uint8_t{0x0f});  // row 2: 7 then -8
+    for (float sign : {1.0f, -1.0f}) {
+      std::vector<float> row(static_cast<size_t>(K), sign);
+      float y[N] = {}, want[N] = {};
+      Run(row.data(), K, 1, W.view(), 0, N, y, N);
+      ref::MatMul(row.data(), K, 1, W.view(), want, N);
+      EXPECT_EQ(std::memcmp(y, want, sizeof(y)), 0) << Where(dtype, 1, N, K);
+      // s = 1 / 7 per group, p = +-levels with a = 1 / levels: y = sum (nibble - 8) / 7.
+      EXPECT_NEAR(y[0], sign * -8.0f / 7.0f * K, 1e-2f * K) << Where(dtype, 1, N, K);
+      EXPECT_NEAR(y[1], sign * K, 1e-2f * K) << Where(dtype, 1, N, K);
+    }
   }
   // ToQ4A8Layout: the first halves of a block's groups, then the second halves.
   std::vector<int8_t> p(256);
@@ -530,18 +542,18 @@ namespace {
 
 using matmul_test::Describe;
 using matmul_test::ExpectMatchesReference;
+using matmul_test::kWeightDTypes;
 using matmul_test::MakeX;
 using matmul_test::MakeY;
 using matmul_test::RowsIdentical;
 using matmul_test::Weights;
-using matmul_test::kWeightDTypes;
 
 TEST(MatMulTest, BitIdenticalAcrossThreadCountsAndBatches) {
   // The public entry point on the dispatched target: the N split over threads, M and the row
   // offset of an output in the batch never change its bits.
   constexpr int64_t kM = 37;
   uint32_t seed = 3000;
-  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8A8, DType::kQ4A8}) {
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8A8, DType::kQ4A8, DType::kQ4}) {
     for (int64_t N : {1, 5, 64, 133}) {
       for (int64_t K : {1, 7, 257, 384, 2048}) {
         if (IsPackedDType(dtype) && !CanPack(dtype, K)) continue;
@@ -639,13 +651,19 @@ TEST(MatMulTest, GroupMatchesSeparateCallsBitForBit) {
     int64_t N, K, M;
     DType dtype;
   };
-  const Shape shapes[] = {{64, 48, 3, DType::kBF16}, {40, 48, 1, DType::kF32},
-                          {17, 33, 0, DType::kBF16}, {128, 64, 8, DType::kBF16},
-                          {9, 16, 5, DType::kF32},   {24, 80, 4, DType::kQ8A8},
-                          {33, 80, 4, DType::kQ8A8}, {16, 80, 0, DType::kQ8A8},
-                          {8, 80, 2, DType::kQ8A8},  {8, 40, 3, DType::kQ8},
+  const Shape shapes[] = {{64, 48, 3, DType::kBF16},
+                          {40, 48, 1, DType::kF32},
+                          {17, 33, 0, DType::kBF16},
+                          {128, 64, 8, DType::kBF16},
+                          {9, 16, 5, DType::kF32},
+                          {24, 80, 4, DType::kQ8A8},
+                          {33, 80, 4, DType::kQ8A8},
+                          {16, 80, 0, DType::kQ8A8},
+                          {8, 80, 2, DType::kQ8A8},
+                          {8, 40, 3, DType::kQ8},
                           // Large enough that the pool's worker surely runs some of their tasks.
-                          {1024, 512, 16, DType::kQ8A8}, {1024, 512, 9, DType::kQ8A8}};
+                          {1024, 512, 16, DType::kQ8A8},
+                          {1024, 512, 9, DType::kQ8A8}};
   std::vector<OwnedTensor> weights;
   std::vector<std::vector<float>> xs, group_ys, single_ys;
   std::vector<MatMulJob> jobs;
@@ -679,8 +697,8 @@ TEST(MatMulTest, GroupMatchesSeparateCallsBitForBit) {
     const Shape& s = shapes[j];
     MatMul(xs[j].data(), s.K, s.M, weights[j].view(), single_ys[j].data(), s.N, pool);
     if (s.M == 0) continue;  // nothing to compare (and memcmp may not see null pointers)
-    EXPECT_EQ(0, std::memcmp(group_ys[j].data(), single_ys[j].data(),
-                             group_ys[j].size() * sizeof(float)))
+    EXPECT_EQ(
+        0, std::memcmp(group_ys[j].data(), single_ys[j].data(), group_ys[j].size() * sizeof(float)))
         << "job " << j;
   }
   EXPECT_EQ(0, std::memcmp(shared_y.data(), group_ys[5].data(), shared_y.size() * sizeof(float)));
@@ -726,8 +744,8 @@ TEST(MatMulTest, ExactForSmallIntegers) {
     wb[i] = F32ToBF16(wf[i]);
   }
   ThreadPool pool(2);
-  for (const Tensor& W : {Tensor(wb.data(), DType::kBF16, {kN, kK}),
-                          Tensor(wf.data(), DType::kF32, {kN, kK})}) {
+  for (const Tensor& W :
+       {Tensor(wb.data(), DType::kBF16, {kN, kK}), Tensor(wf.data(), DType::kF32, {kN, kK})}) {
     std::vector<float> got(kM * kN);
     std::vector<float> want(kM * kN);
     MatMul(x.data(), kK, kM, W, got.data(), kN, pool);

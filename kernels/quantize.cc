@@ -42,7 +42,6 @@ bool CanPack(DType dtype, int64_t K) {
     case DType::kQ8A8:
       return K <= kMaxQ8A8K;
     case DType::kQ4:
-      return K % kQ4Group == 0;
     case DType::kQ4A8:
       return K % kQ4A8Block == 0;
     default:

@@ -6,10 +6,17 @@
 //     [-127, 127]; w ~ q * s. The kernel sums q * x and multiplies by s once per output.
 //   int4 (DType::kQ4): per group of kQ4Group = 32 weights along K, s = f16(max|w| / 7) (the
 //     scale is stored as IEEE f16, rounded to nearest, saturating at 65504), q = round(w / s)
-//     in [-7, 7] stored as q + 8 in a nibble; w ~ (nibble - 8) * s. The 32
-//     nibbles of a group fill 16 bytes: byte j holds element j (low nibble) and element j + 16
-//     (high nibble), so any vector of 4, 8 or 16 consecutive weights inside a half group is one
-//     load of as many bytes and one shift or mask, on every SIMD target.
+//     in [-7, 7] stored as q + 8 in a nibble; w ~ (nibble - 8) * s. The 32 nibbles of a group
+//     fill 16 bytes: byte j holds element j (low nibble) and element j + 16 (high nibble).
+//     Each matmul quantizes every row of its activations x to 15 bits (dynamic, symmetric, one
+//     scale per row): a = max|x| / kQ4Levels, p = round_half_even(x * (kQ4Levels / max|x|)) in
+//     [-kQ4Levels, kQ4Levels], the special rows as for w8a8 -- within 2^-15 of the row's largest
+//     value, far below the weights' 4-bit error, so int4 is as accurate as f32 activations (the
+//     accuracy test measures it) while its products are integers. Then it is computed exactly as
+//     w4a8 below with these p (the group sums i_g stay exact in int32: |i_g| <= 32 * 8 *
+//     kQ4Levels), and K must be a multiple of kQ4A8Block. The kernels hold p as two int8
+//     planes, p = 128 * high + low with high = p >> 7 in [-128, 127] and low = p & 127, so that
+//     the w4a8 kernels' byte products serve both (kernels/matmul_int4-inl.h).
 //   w8a8 (DType::kQ8A8): weights as int8. Each matmul also quantizes every row of its
 //     activations x (dynamic, symmetric, one scale per row as vLLM's per-token W8A8):
 //     a = max|x| / 127, p = round_half_even(x * (127 / max|x|)) in [-127, 127]. A row with
@@ -36,6 +43,8 @@
 
 namespace moeserve::kernels {
 
+// int4's activation levels: 15 bits, so that p splits into two int8 planes (kernels/quantize.h).
+inline constexpr int32_t kQ4Levels = 16383;
 // The widest K for w8a8: 127 * 127 * K must fit in int32 (larger K stays in the checkpoint's
 // float dtype).
 inline constexpr int64_t kMaxQ8A8K = 131072;
@@ -47,20 +56,22 @@ inline constexpr int64_t kQ4A8Block = 4 * kQ4Group;
 // w4a8's accumulators per output (groups g and g + 16 share one).
 inline constexpr int64_t kQ4A8Lanes = 16;
 
-// Activations quantized for w8a8 / w4a8: M rows, row m's K values p at q + m * stride, its
-// scale a at scales[m], and sums the kernels need at sums + m * sums_stride: w8a8 sum_k p (one
-// per row, for the AVX-512 VNNI kernel), w4a8 the sum of each group's p (K / kQ4Group per row).
-// w4a8 rows hold p reordered per block of kQ4A8Block (kernels/matmul_int4-inl.h: w4a8 layout).
+// Activations quantized for w8a8 / w4a8 / int4: M rows, row m's K values p at q + m * stride,
+// its scale a at scales[m], and sums the kernels need at sums + m * sums_stride: w8a8 sum_k p
+// (one per row, for the AVX-512 VNNI kernel), w4a8 and int4 the sum of each group's p
+// (K / kQ4Group per row). w4a8 and int4 rows hold p reordered per block of kQ4A8Block
+// (kernels/matmul_int4-inl.h: w4a8 layout); int4 rows hold it as two planes, high at
+// q + m * stride and low `low_plane` bytes after it.
 struct Int8Rows {
   const int8_t* q;
   size_t stride;
   const float* scales;
   const int32_t* sums;
   size_t sums_stride;
+  size_t low_plane = 0;  // int4 only
 };
 
-// Whether a [N, K] matrix can be stored as `dtype` (int4 needs K % kQ4Group == 0, w4a8
-// K % kQ4A8Block == 0).
+// Whether a [N, K] matrix can be stored as `dtype` (int4 and w4a8 need K % kQ4A8Block == 0).
 bool CanPack(DType dtype, int64_t K);
 
 // Writes row n of the packed matrix W ([N, K], any packed dtype) from K f32 values (its scale(s)

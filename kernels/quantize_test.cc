@@ -87,7 +87,8 @@ TEST(QuantizeTest, DegenerateRowsStayFinite) {
 
 TEST(QuantizeTest, PackingRules) {
   EXPECT_TRUE(CanPack(DType::kQ8, 7));
-  EXPECT_TRUE(CanPack(DType::kQ4, 64));
+  EXPECT_TRUE(CanPack(DType::kQ4, 128));
+  EXPECT_FALSE(CanPack(DType::kQ4, 64));
   EXPECT_FALSE(CanPack(DType::kQ4, 48));
   EXPECT_FALSE(CanPack(DType::kBF16, 64));
   EXPECT_EQ(TensorBytes(DType::kQ8, std::vector<int64_t>{3, 10}), 64u + 12u);

@@ -476,8 +476,8 @@ DType MatrixDType(DType requested, DType base, TensorRole role, int64_t cols,
     case TensorRole::kRouter:     // small, and its argmax picks the experts
       return base;
     case TensorRole::kLmHead:  // 8 bits under 4 too (llama.cpp keeps the output layer wider)
-      return QuantizesActivations(requested) && kernels::CanPack(DType::kQ8A8, cols) ? DType::kQ8A8
-                                                                                     : DType::kQ8;
+      return requested == DType::kQ4A8 && kernels::CanPack(DType::kQ8A8, cols) ? DType::kQ8A8
+                                                                               : DType::kQ8;
     default:
       return kernels::CanPack(requested, cols) ? requested : base;
   }

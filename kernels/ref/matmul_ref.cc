@@ -11,7 +11,7 @@
 
 namespace moeserve::kernels::ref {
 
-int32_t QuantizeActivationRow(const float* x, int64_t K, int8_t* p, float* scale) {
+int32_t QuantizeActivationRow(const float* x, int64_t K, int32_t levels, int32_t* p, float* scale) {
   float amax = 0.0f;
   bool finite = true;
   for (int64_t k = 0; k < K; ++k) {
@@ -19,35 +19,42 @@ int32_t QuantizeActivationRow(const float* x, int64_t K, int8_t* p, float* scale
     amax = std::max(amax, std::fabs(x[k]));
   }
   if (!finite || amax < kMinQ8A8Scale) {
-    std::fill(p, p + K, int8_t{0});
+    std::fill(p, p + K, 0);
     *scale = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
     return 0;
   }
-  const float inv = 127.0f / amax;
+  const float top = static_cast<float>(levels);
+  const float inv = top / amax;
   int32_t sum = 0;
   for (int64_t k = 0; k < K; ++k) {
-    const float q = std::clamp(std::nearbyint(x[k] * inv), -127.0f, 127.0f);
-    p[k] = static_cast<int8_t>(q);
+    p[k] = static_cast<int32_t>(std::clamp(std::nearbyint(x[k] * inv), -top, top));
     sum += p[k];
   }
-  *scale = amax / 127.0f;
+  *scale = amax / top;
+  return sum;
+}
+
+int32_t QuantizeActivationRow(const float* x, int64_t K, int8_t* p, float* scale) {
+  std::vector<int32_t> wide(static_cast<size_t>(K));
+  const int32_t sum = QuantizeActivationRow(x, K, 127, wide.data(), scale);
+  std::copy(wide.begin(), wide.end(), p);
   return sum;
 }
 
 namespace {
 
-// w4a8 as kernels/quantize.h defines it: per group an exact integer sum, added into 16
-// accumulators in group order, then a tree.
-void MatMulQ4A8(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float* y,
-                int64_t y_stride) {
+// w4a8 (levels 127) and int4 (kQ4Levels) as kernels/quantize.h defines them: per group an exact
+// integer sum, added into 16 accumulators in group order, then a tree.
+void MatMulQ4(const float* x, int64_t x_stride, int64_t M, const Tensor& W, int32_t levels,
+              float* y, int64_t y_stride) {
   const int64_t N = W.dim(0), K = W.dim(1), groups = K / kQ4Group;
   CHECK_EQ(K % kQ4A8Block, 0);
-  std::vector<int8_t> p(static_cast<size_t>(K));
+  std::vector<int32_t> p(static_cast<size_t>(K));
   const uint8_t* bytes = W.data_as<const uint8_t>();
   const uint16_t* w_scales = PackedGroupScales(W);
   for (int64_t m = 0; m < M; ++m) {
     float x_scale = 0.0f;
-    QuantizeActivationRow(x + m * x_stride, K, p.data(), &x_scale);
+    QuantizeActivationRow(x + m * x_stride, K, levels, p.data(), &x_scale);
     for (int64_t n = 0; n < N; ++n) {
       float acc[kQ4A8Lanes] = {};
       const int64_t padded = (groups + kQ4A8Lanes - 1) / kQ4A8Lanes * kQ4A8Lanes;
@@ -103,8 +110,8 @@ void MatMul(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float*
     }
     return;
   }
-  if (W.dtype() == DType::kQ4A8) {
-    MatMulQ4A8(x, x_stride, M, W, y, y_stride);
+  if (IsInt4RowsDType(W.dtype())) {
+    MatMulQ4(x, x_stride, M, W, W.dtype() == DType::kQ4 ? kQ4Levels : 127, y, y_stride);
     return;
   }
   const bool bf16 = W.dtype() == DType::kBF16;
