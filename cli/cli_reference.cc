@@ -42,7 +42,8 @@ with the real Qwen3 tokenizer and chat template (`--num-layers 8` cuts it).
 | `OPENAI_API_KEY` | `bench serve`'s API key when `--api-key` is not given |
 
 **Exit codes.** 0 success; 1 runtime failure (a file that does not load, a server that does not
-answer); 2 usage error (an unknown flag, a malformed or out-of-range value, a bad request line:
+answer, a run whose memory plan does not fit the memory available: `inspect` prints the plan);
+2 usage error (an unknown flag, a malformed or out-of-range value, a bad request line:
 one line on stderr, `moeserve <subcommand>: <message>`, names it). `chat` exits 130 on Ctrl-C at
 its prompt.
 
