@@ -141,10 +141,28 @@ TEST_F(MemoryPlanCliTest, InspectPrintsThePlan) {
   // for 4 requests.
   EXPECT_EQ(bf16["kv_cache"], int64_t{13} * 2 * 2 * 256 * 4 * 8192 * 4);
 
-  // Flags the model refuses: a usage error.
-  r = Run("inspect --bandwidth 10 --tp 3 " + model);
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("moeserve inspect: --tp 3"), std::string::npos) << r.err;
+  // Flags the model refuses, and bad values: usage errors, one line each.
+  for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--tp 3", "--tp 3"},
+           {"--tp 2 --ep --max-model-len 64", ""},  // 512 experts split whole: fine
+           {"--weight-dtype int3", "--weight-dtype: 'int3' is not"},
+           {"--max-num-seqs 0", "--max-num-seqs: must be >= 1"},
+           {"--kv-cache-memory -1", "--kv-cache-memory: must not be negative"},
+           {"--max-model-len 300000", "--max-model-len 300000 is outside [1, 262144]"},
+           {"--block-size 100000", "--block-size must be in [1, 256]"},
+           {"--spec mtp:9", "--spec"},
+       }) {
+    SCOPED_TRACE(flags);
+    r = Run("inspect --bandwidth 10 " + flags + " " + model);
+    if (message.empty()) {
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+      continue;
+    }
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_EQ(r.err.rfind("moeserve inspect: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
 }
 
 }  // namespace
