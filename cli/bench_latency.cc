@@ -583,6 +583,12 @@ int RunTurns(const Options& o, model::ModelGroup& group, const engine::EngineCon
 int Run(const Options& o) {
   Result<Plan> plan = CheckFlags(o);
   if (!plan.ok()) return UsageError(kCommand, plan.status());
+  // The largest batch's engine is the most any run holds (one engine at a time).
+  const int64_t largest = *std::max_element(plan->batches.begin(), plan->batches.end());
+  if (std::optional<int> refused =
+          CheckMemoryPlan(o.model, o.engine, ConfigFor(o, largest, plan->config), kCommand)) {
+    return *refused;
+  }
   LoadedModel loaded = LoadOrFollow(o.model, kCommand);
   if (loaded.group == nullptr) return loaded.exit_code;
   model::ModelGroup& group = *loaded.group;

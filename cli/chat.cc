@@ -440,11 +440,14 @@ int Run(const Options& o, const FlagSet& flags) {
     }
   }
 
-  LoadedModel loaded = LoadOrFollow(o.model, kCommand);
-  if (loaded.group == nullptr) return loaded.exit_code;
   engine::EngineConfig config = o.engine.ToConfig();
   // One conversation, one request at a time: a cache for one full-length request, not 64.
   if (!flags.WasSet("max-num-seqs")) config.max_num_seqs = 1;
+  if (std::optional<int> refused = CheckMemoryPlan(o.model, o.engine, config, kCommand)) {
+    return *refused;
+  }
+  LoadedModel loaded = LoadOrFollow(o.model, kCommand);
+  if (loaded.group == nullptr) return loaded.exit_code;
   Result<std::unique_ptr<engine::Engine>> engine = CreateEngine(*loaded.group, config);
   if (!engine.ok()) return UsageError(kCommand, engine.status());
 

@@ -29,7 +29,9 @@ moeserve serve    # the chat page at http://127.0.0.1:8000/, the OpenAI-compatib
 `tokenizer.json`, `tokenizer_config.json`; `generation_config.json` when present). Without it
 moeserve runs `$MOESERVE_MODEL`, else the build's default: the trained `models/default` of this
 repository (`docs/training.md`). `moeserve make-model --arch ARCH --preset tiny|small|bench --out
-DIR` writes a folder with random weights for any of the architectures, for tests and benchmarks.
+DIR` writes a folder with random weights for any of the architectures, for tests and benchmarks;
+`--preset qwen3-30b-a3b|qwen3.5-35b-a3b|qwen3-next-80b-a3b` writes a published model's shapes
+with the real Qwen3 tokenizer and chat template (`--num-layers 8` cuts it).
 
 **Environment.**
 
@@ -40,7 +42,8 @@ DIR` writes a folder with random weights for any of the architectures, for tests
 | `OPENAI_API_KEY` | `bench serve`'s API key when `--api-key` is not given |
 
 **Exit codes.** 0 success; 1 runtime failure (a file that does not load, a server that does not
-answer); 2 usage error (an unknown flag, a malformed or out-of-range value, a bad request line:
+answer, a run whose memory plan does not fit the memory available: `inspect` prints the plan);
+2 usage error (an unknown flag, a malformed or out-of-range value, a bad request line:
 one line on stderr, `moeserve <subcommand>: <message>`, names it). `chat` exits 130 on Ctrl-C at
 its prompt.
 

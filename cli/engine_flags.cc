@@ -2,12 +2,15 @@
 
 #include <fmt/format.h>
 
+#include "cli/commands.h"
 #include "core/check.h"
 #include "core/log.h"
+#include "core/memory_info.h"
+#include "io/model_config.h"
 
 namespace moeserve::cli {
 
-void EngineFlags::Register(FlagSet& flags) {
+void EngineFlags::RegisterSizing(FlagSet& flags) {
   flags.Int("max-num-seqs", &config.max_num_seqs, "requests running at once, at most");
   flags.Int("max-num-batched-tokens", &config.max_num_batched_tokens,
             "tokens in one engine step, at most (prefills longer than that are chunked)");
@@ -25,6 +28,13 @@ void EngineFlags::Register(FlagSet& flags) {
                "hybrid models' prefix caching: GiB of GDN state checkpoints (0: one per 256 KV "
                "cache positions, at least 16, in at most 2 GiB and an eighth of the memory "
                "available)");
+  flags.String("spec", &spec,
+               "speculative decoding: mtp:K (the model's MTP head drafts K tokens), ngram:K "
+               "(prompt lookup), K in 1..4, or none");
+}
+
+void EngineFlags::Register(FlagSet& flags) {
+  RegisterSizing(flags);
   flags.Int("state-checkpoint-interval", &config.state_checkpoint_interval,
             "hybrid models' prefix caching: a GDN state checkpoint every this many prompt "
             "tokens, besides the ends of prompts and outputs and where shared prefixes "
@@ -34,14 +44,14 @@ void EngineFlags::Register(FlagSet& flags) {
   flags.Bool("no-greedy-argmax", &no_greedy_argmax,
              "case study #8/#9 off: greedy steps and MTP drafts gather full logits rows and scan "
              "them, instead of taking the forward's argmax");
-  flags.String("spec", &spec,
-               "speculative decoding: mtp:K (the model's MTP head drafts K tokens), ngram:K "
-               "(prompt lookup), K in 1..4, or none");
   flags.Int("spec-disable-batch-size", &config.spec.disable_batch_size,
             "no drafts while more requests than this run in a step (0: always draft)");
   flags.Double("spec-min-acceptance", &config.spec.min_acceptance,
                "a request drafts a position only while its running chance of getting that far "
                "is at least this (0: always K drafts)");
+  flags.Bool("ignore-memory-plan", &ignore_memory_plan,
+             "load even when the memory plan (`inspect` prints it) says the run does not fit "
+             "the memory available (swap, overcommit, a plan that overestimates)");
 }
 
 Status EngineFlags::Validate() const {
@@ -82,6 +92,46 @@ engine::EngineConfig EngineFlags::ToConfig() const {
   c.spec.method = spec_config->method;
   c.spec.num_speculative_tokens = spec_config->num_speculative_tokens;
   return c;
+}
+
+Result<engine::MemoryPlan> PlanRun(const ModelFlags& model, const io::ModelConfig& model_config,
+                                   const engine::EngineConfig& config) {
+  engine::MemoryPlanOptions options;
+  if (!model.weight_dtype.empty()) options.weight_dtype = ParseDTypeName(model.weight_dtype);
+  options.tp = static_cast<int>(model.tp);
+  options.ep = model.ep;
+  options.ranks_here = static_cast<int>(model.RanksOnThisMachine());
+  options.engine = config;
+  options.available_bytes = AvailableMemoryBytes();
+  return engine::PlanMemory(model_config, options);
+}
+
+std::optional<int> CheckMemoryPlan(const ModelFlags& model, const EngineFlags& engine,
+                                   const engine::EngineConfig& config, const std::string& command) {
+  // No config.json, or one that does not parse: the load says so.
+  Result<std::string> dir = model.Dir();
+  if (!dir.ok()) return std::nullopt;
+  Result<io::ModelConfig> model_config = io::LoadModelConfig(*dir);
+  if (!model_config.ok()) return std::nullopt;
+  Result<engine::MemoryPlan> plan = PlanRun(model, *model_config, config);
+  if (!plan.ok()) return InputOrRuntimeError(command, plan.status());
+  std::string text = plan->ToText();
+  text.pop_back();  // its last newline: the log and the error add theirs
+  if (plan->fits()) {
+    LogDebug("{}", text);
+    return std::nullopt;
+  }
+  if (engine.ignore_memory_plan) {
+    LogWarning("--ignore-memory-plan: loading although the run does not fit:\n{}", text);
+    return std::nullopt;
+  }
+  return RuntimeError(
+      command, Unavailable("the run does not fit in memory: it needs {:.2f} GiB, {:.2f} GiB are "
+                           "available; nothing was loaded. Lower --max-model-len, --max-num-seqs "
+                           "or --kv-cache-memory, pick a smaller --weight-dtype (int4, w4a8), or "
+                           "load anyway with --ignore-memory-plan.\n{}",
+                           plan->total() / 1073741824.0,
+                           plan->options.available_bytes / 1073741824.0, text));
 }
 
 Result<std::unique_ptr<engine::Engine>> CreateEngine(model::ModelGroup& group,

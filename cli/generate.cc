@@ -356,16 +356,19 @@ int Run(const Options& o, const engine::SamplingParams& defaults) {
   int64_t num_requests = 0;  // engine requests: a request's n choices each
   for (const RequestSpec& spec : specs) num_requests += spec.params.n;
 
-  LoadedModel loaded = LoadOrFollow(o.model, kCommand);
-  if (loaded.group == nullptr) return loaded.exit_code;
-  model::ModelGroup& group = *loaded.group;
-  model::CausalLm& lm = group.model();
   // A config the model rejects (--max-model-len past the model's, a KV cache too small for one
   // request) is the user's flags.
   engine::EngineConfig config = o.engine.ToConfig();
   // Unless given, no more sequences than requests: the default KV cache holds max_num_seqs
   // full-length requests, which for one prompt to a mid-size model would be 4 GiB to zero.
   if (!o.max_num_seqs_given) config.max_num_seqs = std::min(config.max_num_seqs, num_requests);
+  if (std::optional<int> refused = CheckMemoryPlan(o.model, o.engine, config, kCommand)) {
+    return *refused;
+  }
+  LoadedModel loaded = LoadOrFollow(o.model, kCommand);
+  if (loaded.group == nullptr) return loaded.exit_code;
+  model::ModelGroup& group = *loaded.group;
+  model::CausalLm& lm = group.model();
   Result<std::unique_ptr<engine::Engine>> engine = CreateEngine(group, config);
   if (!engine.ok()) return UsageError(kCommand, engine.status());
   Result<std::unique_ptr<ActivationDump>> dump = ActivationDump::AttachTo(lm, o.dump_activations);

@@ -8,7 +8,9 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/engine_flags.h"
 #include "cli/flags.h"
+#include "cli/model_flags.h"
 #include "core/thread_pool.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
@@ -22,7 +24,8 @@ namespace {
 constexpr char kCommand[] = "inspect";
 
 struct Options {
-  std::string model;
+  ModelFlags model;    // --model, and what the memory plan reads: --weight-dtype, --tp, --ep
+  EngineFlags engine;  // the memory plan's --max-model-len, --max-num-seqs, ...
   bool json = false;
   double bandwidth_gbs = 0.0;  // 0: measure
   int64_t threads = 0;
@@ -50,26 +53,40 @@ std::string Count(int64_t n) {
 }
 
 std::string Bytes(int64_t n) {
+  if (n >= 1'000'000'000'000) return fmt::format("{:.2f} TB", n * 1e-12);
   if (n >= 1'000'000'000) return fmt::format("{:.2f} GB", n * 1e-9);
   if (n >= 1'000'000) return fmt::format("{:.1f} MB", n * 1e-6);
   return fmt::format("{:.1f} KB", n * 1e-3);
 }
 
-Status Inspect(const Options& o) {
-  ASSIGN_OR_RETURN(io::ModelConfig config, io::LoadModelConfig(o.model));
-  ASSIGN_OR_RETURN(io::SafetensorsCheckpoint checkpoint, io::SafetensorsCheckpoint::Open(o.model));
-  ASSIGN_OR_RETURN(std::vector<model::ResolvedTensor> tensors,
-                   model::ResolveCheckpoint(config, checkpoint));
-
-  // Bytes per element as stored, tensor by tensor (a checkpoint may mix bf16 and f32).
-  std::map<std::string, size_t> element_size;
-  std::map<std::string, int64_t> dtype_bytes;
-  for (const model::ResolvedTensor& t : tensors) {
-    element_size[t.spec.name] = DTypeSize(t.stored->dtype);
-    dtype_bytes[std::string(DTypeName(t.stored->dtype))] += t.stored->bytes.size();
+// `plan` is the memory plan, or why the flags (all defaults) give none.
+Status Inspect(const Options& o, const io::ModelConfig& config,
+               const Result<engine::MemoryPlan>& plan) {
+  const std::string& dir = o.model.model;
+  // A folder with config.json alone (make-model --no-weights, a download not yet done) still
+  // gets its counts and memory plan, the stored dtype taken from torch_dtype.
+  std::optional<io::SafetensorsCheckpoint> checkpoint;
+  if (Result<io::SafetensorsCheckpoint> opened = io::SafetensorsCheckpoint::Open(dir);
+      opened.ok()) {
+    checkpoint = std::move(*opened);
+  } else if (opened.status().code() != StatusCode::kNotFound) {
+    return opened.status();
   }
-  const model::ModelStats stats = model::ComputeModelStats(
-      config, [&](const model::CheckpointTensor& t) { return element_size.at(t.name); });
+  std::map<std::string, size_t> element_size;  // as stored (a checkpoint may mix bf16 and f32)
+  std::map<std::string, int64_t> dtype_bytes;
+  if (checkpoint) {
+    ASSIGN_OR_RETURN(std::vector<model::ResolvedTensor> tensors,
+                     model::ResolveCheckpoint(config, *checkpoint));
+    for (const model::ResolvedTensor& t : tensors) {
+      element_size[t.spec.name] = DTypeSize(t.stored->dtype);
+      dtype_bytes[std::string(DTypeName(t.stored->dtype))] += t.stored->bytes.size();
+    }
+  }
+  const size_t config_element_size = DTypeSize(model::ConfigMatrixDType(config));
+  const model::ModelStats stats =
+      model::ComputeModelStats(config, [&](const model::CheckpointTensor& t) {
+        return checkpoint ? element_size.at(t.name) : config_element_size;
+      });
 
   double bandwidth = o.bandwidth_gbs;
   bool measured = false;
@@ -84,7 +101,7 @@ Status Inspect(const Options& o) {
 
   if (o.json) {
     nlohmann::ordered_json j;
-    j["model"] = o.model;
+    j["model"] = dir;
     j["architecture"] = config.architecture_name;
     std::vector<std::string> types;
     for (io::LayerType t : config.layer_types) types.emplace_back(io::LayerTypeName(t));
@@ -99,12 +116,37 @@ Status Inspect(const Options& o) {
     j["params_active"] = stats.params_active;
     j["params_mtp"] = stats.params_mtp;
     j["bytes_per_token"] = stats.bytes_per_token;
-    j["weight_bytes"] = checkpoint.total_bytes();
+    j["weight_bytes"] = checkpoint ? checkpoint->total_bytes() : 0;
     j["bandwidth_gbs"] = bandwidth;
     j["bandwidth_measured"] = measured;
     j["roofline_tok_s"] = roofline;
     j["isa"] = kernels::ActiveIsa();
     j["isas_available"] = kernels::AvailableIsas();
+    nlohmann::ordered_json m;
+    if (!plan.ok()) {
+      m["error"] = plan.status().message();
+    } else {
+      m["weight_dtype"] = DTypeName(plan->matrix_dtype);
+      m["max_model_len"] = plan->layout.max_model_len;
+      m["max_num_seqs"] = plan->options.engine.max_num_seqs;
+      m["ranks_here"] = plan->options.ranks_here;
+      for (int k = 0; k < model::kNumWeightKinds; ++k) {
+        const auto kind = static_cast<model::WeightKind>(k);
+        m["weights"][std::string(model::WeightKindName(kind))] = plan->weights[kind];
+      }
+      m["weights_total"] = plan->weights.total();
+      m["kv_cache"] = plan->kv_bytes;
+      m["kv_blocks"] = plan->layout.num_blocks;
+      m["gdn_state_slots"] = plan->state_bytes;
+      m["gdn_state_checkpoints"] = plan->checkpoint_bytes;
+      m["num_gdn_state_checkpoints"] = plan->layout.num_checkpoints;
+      m["scratch"] = plan->scratch_bytes;
+      m["runtime_reserve"] = plan->reserve_bytes;
+      m["total"] = plan->total();
+      m["available"] = plan->options.available_bytes;
+      m["fits"] = plan->fits();
+    }
+    j["memory_plan"] = std::move(m);
     std::puts(j.dump(2).c_str());
     return OkStatus();
   }
@@ -112,7 +154,7 @@ Status Inspect(const Options& o) {
   for (const auto& [name, bytes] : dtype_bytes) {
     dtypes += fmt::format("{}{} {}", dtypes.empty() ? "" : ", ", name, Bytes(bytes));
   }
-  fmt::print("model            {}\n", o.model);
+  fmt::print("model            {}\n", dir);
   fmt::print("architecture     {} ({})\n", config.architecture_name, config.model_type);
   fmt::print("layers           {}: {}\n", config.num_hidden_layers,
              LayerSummary(config.layer_types));
@@ -140,8 +182,13 @@ Status Inspect(const Options& o) {
   if (stats.params_mtp > 0) {
     fmt::print("params mtp       {} ({})\n", Count(stats.params_mtp), stats.params_mtp);
   }
-  fmt::print("weights          {} in {} file(s): {}\n", Bytes(checkpoint.total_bytes()),
-             checkpoint.num_files(), dtypes);
+  if (checkpoint) {
+    fmt::print("weights          {} in {} file(s): {}\n", Bytes(checkpoint->total_bytes()),
+               checkpoint->num_files(), dtypes);
+  } else {
+    fmt::print("weights          none in the folder (config.json only; {} assumed)\n",
+               config.torch_dtype.empty() ? "bfloat16" : config.torch_dtype);
+  }
   fmt::print("bytes per token  {} ({}) read per decoded token\n", Bytes(stats.bytes_per_token),
              stats.bytes_per_token);
   fmt::print("bandwidth        {:.1f} GB/s ({})\n", bandwidth,
@@ -153,6 +200,11 @@ Status Inspect(const Options& o) {
   }
   fmt::print("SIMD             {} (this CPU and build: {}; --isa / MOESERVE_ISA restrict it)\n",
              kernels::ActiveIsa(), available);
+  if (plan.ok()) {
+    fmt::print("{}", plan->ToText());
+  } else {
+    fmt::print("memory plan      none with the default flags: {}\n", plan.status().message());
+  }
   return OkStatus();
 }
 
@@ -162,24 +214,52 @@ int RunInspect(const std::vector<std::string>& args) {
   Options o;
   FlagSet flags("moeserve inspect",
                 "Prints a model's architecture, layer types, parameter counts (total, active per\n"
-                "token), weight bytes read per decoded token and the roofline decode rate.");
-  flags.String("model", &o.model, "model folder (default: the embedded default model)");
+                "token), weight bytes read per decoded token, the roofline decode rate, and the\n"
+                "memory plan of a run with the flags below: weights by kind at --weight-dtype,\n"
+                "KV cache, GDN state slots and checkpoints, scratch, against the memory\n"
+                "available. serve, generate, chat and bench latency refuse a run whose plan does\n"
+                "not fit before loading. A folder with config.json alone is enough.");
+  flags.String("model", &o.model.model, "model folder (default: the embedded default model)");
   flags.Bool("json", &o.json, "print JSON");
   flags.Double("bandwidth", &o.bandwidth_gbs, "read bandwidth in GB/s (0: measure it)");
   flags.Int("threads", &o.threads, "threads for the bandwidth probe (0: all cores)");
+  flags.String("weight-dtype", &o.model.weight_dtype,
+               "the memory plan's weights: bf16 | f32 | int8 | int4 | w8a8 | w4a8 (default: as "
+               "config.json's torch_dtype)");
+  flags.Int("tp", &o.model.tp, "the memory plan's tensor-parallel ranks (all on this machine)");
+  flags.Bool("ep", &o.model.ep, "the memory plan's expert parallelism");
+  o.engine.RegisterSizing(flags);
   if (std::optional<int> exit_code = ParseFlags(flags, args, kCommand)) return *exit_code;
   if (flags.WasSet("bandwidth") && o.bandwidth_gbs <= 0.0) {
     return UsageError(kCommand, InvalidArgument("--bandwidth: must be positive"));
   }
-  if (o.model.empty()) {
-    o.model = DefaultModelDir();
-    if (!std::filesystem::exists(o.model + "/config.json")) {
+  for (Status s : {o.model.Validate(), o.engine.Validate()}) {
+    if (!s.ok()) return UsageError(kCommand, s);
+  }
+  if (o.model.model.empty()) {
+    o.model.model = DefaultModelDir();
+    if (!std::filesystem::exists(o.model.model + "/config.json")) {
       return RuntimeError(kCommand, NotFound("no default model at {} (scripts/run.sh creates it, "
                                              "or: moeserve make-model --preset small --out {})",
-                                             o.model, o.model));
+                                             o.model.model, o.model.model));
     }
   }
-  Status s = Inspect(o);
+  Result<io::ModelConfig> config = io::LoadModelConfig(o.model.model);
+  if (!config.ok()) return RuntimeError(kCommand, config.status());
+  // What the flags ask that the model refuses (a KV cache that cannot hold one request of
+  // --max-model-len, a split that does not divide) is a usage error, as it is for serve; with
+  // every flag at its default (a long context's KV cache past the default 4 GiB) the rest is
+  // printed, with the reason in the plan's place.
+  Result<engine::MemoryPlan> plan = PlanRun(o.model, *config, o.engine.ToConfig());
+  bool plan_flags = false;
+  for (const FlagSet::Doc& f : flags.Docs()) {
+    plan_flags |= f.name != "model" && f.name != "json" && f.name != "bandwidth" &&
+                  f.name != "threads" && flags.WasSet(f.name);
+  }
+  if (!plan.ok() && (plan_flags || plan.status().code() != StatusCode::kInvalidArgument)) {
+    return InputOrRuntimeError(kCommand, plan.status());
+  }
+  Status s = Inspect(o, *config, plan);
   if (!s.ok()) return RuntimeError(kCommand, s);
   return 0;
 }

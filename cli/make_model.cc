@@ -2,6 +2,7 @@
 // benchmarks. Deterministic for a seed: each tensor's values depend only on (seed, tensor name),
 // not on thread count or tensor order.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,14 +15,18 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/make_model_corpus.h"
+#include "cli/preset_files.h"
 #include "core/check.h"
 #include "core/dtype.h"
+#include "core/json.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
 #include "model/checkpoint_layout.h"
 #include "tokenizer/bpe_trainer.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_files.h"
 
 namespace moeserve::cli {
@@ -107,7 +112,8 @@ const ArchitectureTraits& TraitsOf(Architecture arch) {
   return kArchitectures[0];
 }
 
-ModelConfig PresetConfig(const ArchitectureTraits& traits, const PresetShapes& p) {
+// The config.json fields every preset shares, from its architecture.
+ModelConfig ArchitectureConfig(const ArchitectureTraits& traits) {
   const bool hybrid = traits.family == Family::kHybrid;
   ModelConfig c;
   c.architecture = traits.arch;
@@ -120,6 +126,14 @@ ModelConfig PresetConfig(const ArchitectureTraits& traits, const PresetShapes& p
   c.partial_rotary_factor = hybrid ? 0.25 : 1.0;
   c.torch_dtype = "bfloat16";
   c.norm_topk_prob = true;
+  c.rms_norm_eps = 1e-6;
+  c.tie_word_embeddings = false;
+  return c;
+}
+
+ModelConfig PresetConfig(const ArchitectureTraits& traits, const PresetShapes& p) {
+  const bool hybrid = traits.family == Family::kHybrid;
+  ModelConfig c = ArchitectureConfig(traits);
   c.max_position_embeddings = p.max_positions;
   c.vocab_size = p.vocab;
   c.hidden_size = p.hidden;
@@ -140,6 +154,159 @@ ModelConfig PresetConfig(const ArchitectureTraits& traits, const PresetShapes& p
     c.full_attention_interval = 4;
     c.num_mtp_layers = 1;
   }
+  return c;
+}
+
+// ---- Real shapes ----
+
+// Which chat template a real-shape preset writes with the Qwen3 tokenizer.
+enum class ChatTemplateSource {
+  kQwen3,    // tokenizer_config.json's own (hermes-style JSON tool calls): Qwen3, Qwen3-Next
+  kQwen3_5,  // testdata/chat-templates/qwen3.5.jinja (XML tool calls): the Qwen3.5 family
+};
+
+// A published configuration: the config.json of the model on the Hub, as checked against copies
+// of the published files and training recipes that restate them (docs/spec/model.md §1.3 lists
+// the values and the sources).
+struct PublishedModel {
+  const char* preset;
+  Architecture arch;
+  int64_t vocab, hidden, layers;
+  int64_t heads, kv_heads, head_dim;               // full attention
+  int64_t gdn_k_heads, gdn_v_heads, gdn_head_dim;  // Gated DeltaNet (0: none)
+  int64_t conv_kernel, full_attention_interval;    // Gated DeltaNet
+  int64_t mlp_width;                               // intermediate_size (0: absent)
+  int64_t experts, top_k, expert_width, shared_expert_width;
+  int64_t mtp_layers, max_positions;
+  double rope_theta, partial_rotary_factor;
+  ChatTemplateSource chat_template;
+};
+
+// Every field named (0: the model has no such part).
+// clang-format off
+constexpr PublishedModel kPublishedModels[] = {
+    {.preset = "qwen3-30b-a3b", .arch = Architecture::kQwen3Moe,
+     .vocab = 151936, .hidden = 2048, .layers = 48,
+     .heads = 32, .kv_heads = 4, .head_dim = 128,
+     .gdn_k_heads = 0, .gdn_v_heads = 0, .gdn_head_dim = 0,
+     .conv_kernel = 0, .full_attention_interval = 0,
+     .mlp_width = 6144,
+     .experts = 128, .top_k = 8, .expert_width = 768, .shared_expert_width = 0,
+     .mtp_layers = 0, .max_positions = 40960,
+     .rope_theta = 1e6, .partial_rotary_factor = 1.0,
+     .chat_template = ChatTemplateSource::kQwen3},
+    {.preset = "qwen3.5-35b-a3b", .arch = Architecture::kQwen3_5Moe,
+     .vocab = 248320, .hidden = 2048, .layers = 40,
+     .heads = 16, .kv_heads = 2, .head_dim = 256,
+     .gdn_k_heads = 16, .gdn_v_heads = 32, .gdn_head_dim = 128,
+     .conv_kernel = 4, .full_attention_interval = 4,
+     .mlp_width = 0,
+     .experts = 256, .top_k = 8, .expert_width = 512, .shared_expert_width = 512,
+     .mtp_layers = 1, .max_positions = 262144,
+     .rope_theta = 1e7, .partial_rotary_factor = 0.25,
+     .chat_template = ChatTemplateSource::kQwen3_5},
+    {.preset = "qwen3-next-80b-a3b", .arch = Architecture::kQwen3Next,
+     .vocab = 151936, .hidden = 2048, .layers = 48,
+     .heads = 16, .kv_heads = 2, .head_dim = 256,
+     .gdn_k_heads = 16, .gdn_v_heads = 32, .gdn_head_dim = 128,
+     .conv_kernel = 4, .full_attention_interval = 4,
+     .mlp_width = 5120,
+     .experts = 512, .top_k = 10, .expert_width = 512, .shared_expert_width = 512,
+     .mtp_layers = 1, .max_positions = 262144,
+     .rope_theta = 1e7, .partial_rotary_factor = 0.25,
+     .chat_template = ChatTemplateSource::kQwen3},
+};
+// clang-format on
+
+const PublishedModel* FindPublishedModel(const std::string& preset) {
+  for (const PublishedModel& m : kPublishedModels) {
+    if (m.preset == preset) return &m;
+  }
+  return nullptr;
+}
+
+// The real-shape presets as a table for --help, a column each (indented: a code block in
+// docs/cli.md).
+std::string PublishedModelTable() {
+  // 1e6 for 1000000: the way model cards write RoPE bases.
+  const auto power_of_ten = [](double x) {
+    const int e = static_cast<int>(std::lround(std::log10(x)));
+    return std::pow(10.0, e) == x ? fmt::format("1e{}", e) : fmt::format("{:g}", x);
+  };
+  const auto row = [](const char* name, const auto& cell) {
+    std::string line = fmt::format("    {:<26}", name);
+    for (const PublishedModel& m : kPublishedModels) line += fmt::format("{:<20}", cell(m));
+    while (line.back() == ' ') line.pop_back();
+    return line + "\n";
+  };
+  using M = PublishedModel;
+  return row("", [](const M& m) { return std::string(m.preset); }) +
+         row("arch", [](const M& m) { return std::string(io::ArchitectureFlagName(m.arch)); }) +
+         row("layers x hidden",
+             [](const M& m) { return fmt::format("{} x {}", m.layers, m.hidden); }) +
+         row("attention q/kv x dim",
+             [](const M& m) {
+               return fmt::format("{}/{} x {}", m.heads, m.kv_heads, m.head_dim);
+             }) +
+         row("GDN k/v heads x dim",
+             [](const M& m) {
+               return m.gdn_k_heads == 0
+                          ? std::string("-")
+                          : fmt::format("{}/{} x {}", m.gdn_k_heads, m.gdn_v_heads, m.gdn_head_dim);
+             }) +
+         row("full attention",
+             [](const M& m) {
+               return m.full_attention_interval == 0
+                          ? std::string("every layer")
+                          : fmt::format("every {}th layer", m.full_attention_interval);
+             }) +
+         row("experts top-k/E x width",
+             [](const M& m) {
+               return fmt::format("{}/{} x {}", m.top_k, m.experts, m.expert_width);
+             }) +
+         row("shared expert",
+             [](const M& m) {
+               return m.shared_expert_width == 0 ? std::string("-")
+                                                 : std::to_string(m.shared_expert_width);
+             }) +
+         row("dense MLP (unused)",
+             [](const M& m) {
+               return m.mlp_width == 0 ? std::string("-") : std::to_string(m.mlp_width);
+             }) +
+         row("MTP layers", [](const M& m) { return std::to_string(m.mtp_layers); }) +
+         row("vocab", [](const M& m) { return std::to_string(m.vocab); }) +
+         row("rope theta (rotary)",
+             [&](const M& m) {
+               return fmt::format("{} ({:g})", power_of_ten(m.rope_theta), m.partial_rotary_factor);
+             }) +
+         row("context", [](const M& m) { return std::to_string(m.max_positions); }) +
+         row("chat template", [](const M& m) {
+           return std::string(m.chat_template == ChatTemplateSource::kQwen3 ? "Qwen3" : "Qwen3.5");
+         });
+}
+
+ModelConfig PublishedConfig(const PublishedModel& m) {
+  ModelConfig c = ArchitectureConfig(TraitsOf(m.arch));
+  c.vocab_size = m.vocab;
+  c.hidden_size = m.hidden;
+  c.num_hidden_layers = m.layers;
+  c.num_attention_heads = m.heads;
+  c.num_key_value_heads = m.kv_heads;
+  c.head_dim = m.head_dim;
+  c.linear_num_key_heads = m.gdn_k_heads;
+  c.linear_num_value_heads = m.gdn_v_heads;
+  c.linear_key_head_dim = c.linear_value_head_dim = m.gdn_head_dim;
+  c.linear_conv_kernel_dim = m.conv_kernel;
+  if (m.full_attention_interval > 0) c.full_attention_interval = m.full_attention_interval;
+  c.intermediate_size = m.mlp_width;
+  c.num_experts = m.experts;
+  c.num_experts_per_tok = m.top_k;
+  c.moe_intermediate_size = m.expert_width;
+  c.shared_expert_intermediate_size = m.shared_expert_width;
+  c.num_mtp_layers = m.mtp_layers;
+  c.max_position_embeddings = m.max_positions;
+  c.rope_theta = m.rope_theta;
+  c.partial_rotary_factor = m.partial_rotary_factor;
   return c;
 }
 
@@ -282,6 +449,7 @@ struct Options {
   int64_t intermediate_size = 0, full_attention_interval = 0;
   int64_t max_shard_size_mb = 2048;
   int64_t threads = 0;
+  bool no_weights = false;
 };
 
 // The preset's config with the size overrides applied, validated by a round trip through the
@@ -294,12 +462,24 @@ Result<ModelConfig> BuildConfig(const Options& o, const FlagSet& flags) {
         "llama",
         o.arch);
   }
-  const ArchitectureTraits& traits = TraitsOf(arch);
-  const PresetShapes* preset = FindPreset(o.preset, traits.family);
-  if (preset == nullptr) {
-    return InvalidArgument("--preset: '{}' is not one of tiny, small, bench", o.preset);
+  ModelConfig c;
+  if (const PublishedModel* published = FindPublishedModel(o.preset)) {
+    // The name says the architecture: --arch may be left out, and must agree when given.
+    if (flags.WasSet("arch") && arch != published->arch) {
+      return InvalidArgument("--arch {} disagrees with --preset {}, a {} model (leave --arch out)",
+                             o.arch, o.preset, io::ArchitectureFlagName(published->arch));
+    }
+    c = PublishedConfig(*published);
+  } else {
+    const PresetShapes* preset = FindPreset(o.preset, TraitsOf(arch).family);
+    if (preset == nullptr) {
+      std::string names = "tiny, small, bench";
+      for (const PublishedModel& m : kPublishedModels) names += fmt::format(", {}", m.preset);
+      return InvalidArgument("--preset: '{}' is not one of {}", o.preset, names);
+    }
+    c = PresetConfig(TraitsOf(arch), *preset);
   }
-  ModelConfig c = PresetConfig(traits, *preset);
+  const std::string arch_name(io::ArchitectureFlagName(c.architecture));
   auto override_positive = [&](const char* flag, int64_t value, int64_t* field) -> Status {
     if (!flags.WasSet(flag)) return OkStatus();
     if (value <= 0) return InvalidArgument("--{}: must be positive (got {})", flag, value);
@@ -319,7 +499,7 @@ Result<ModelConfig> BuildConfig(const Options& o, const FlagSet& flags) {
   const bool moe = c.num_experts > 0;
   for (const char* flag : {"num-experts", "experts-per-token", "moe-intermediate-size"}) {
     if (!moe && flags.WasSet(flag)) {
-      return InvalidArgument("--{}: {} is a dense architecture", flag, o.arch);
+      return InvalidArgument("--{}: {} is a dense architecture", flag, arch_name);
     }
   }
   RETURN_IF_ERROR(override_positive("num-experts", o.num_experts, &c.num_experts));
@@ -329,7 +509,8 @@ Result<ModelConfig> BuildConfig(const Options& o, const FlagSet& flags) {
                                     &c.moe_intermediate_size));
   if (flags.WasSet("shared-expert-intermediate-size")) {
     if (!c.is_hybrid()) {
-      return InvalidArgument("--shared-expert-intermediate-size: {} has no shared expert", o.arch);
+      return InvalidArgument("--shared-expert-intermediate-size: {} has no shared expert",
+                             arch_name);
     }
     if (o.shared_expert_intermediate_size < 0) {
       return InvalidArgument("--shared-expert-intermediate-size: must not be negative");
@@ -340,12 +521,13 @@ Result<ModelConfig> BuildConfig(const Options& o, const FlagSet& flags) {
     if (o.mtp_layers < 0) return InvalidArgument("--mtp-layers: must not be negative");
     if (o.mtp_layers > 0 && !c.is_hybrid()) {
       return InvalidArgument("--mtp-layers: {} has no MTP head (only qwen3_next, qwen3_5_moe)",
-                             o.arch);
+                             arch_name);
     }
     c.num_mtp_layers = o.mtp_layers;
   }
-  // Three special tokens follow the byte-level BPE vocabulary, which starts with 256 bytes.
-  if (c.vocab_size < 259) {
+  // Three special tokens follow the byte-level BPE vocabulary, which starts with 256 bytes (a
+  // real-shape preset's vocabulary is checked against its tokenizer's ids instead).
+  if (FindPublishedModel(o.preset) == nullptr && c.vocab_size < 259) {
     return InvalidArgument("--vocab-size: must be at least 259 (256 byte tokens + 3 special)");
   }
   if (c.is_hybrid()) {
@@ -354,13 +536,78 @@ Result<ModelConfig> BuildConfig(const Options& o, const FlagSet& flags) {
     c.layer_types.assign(c.num_hidden_layers, io::LayerType::kFullAttention);
   }
   c.rotary_dim = static_cast<int64_t>(c.head_dim * c.partial_rotary_factor);
-  c.eos_token_ids = {0};  // validated here; MakeModel sets the real id after training the BPE
+  c.eos_token_ids = {0};  // validated here; MakeModel sets the tokenizer's id
   Result<ModelConfig> parsed = io::ParseModelConfig(io::ModelConfigToJson(c));
   if (!parsed.ok()) return parsed.status();
   return c;
 }
 
-Status MakeModel(const Options& o, const FlagSet& flags) {
+// The tokenizer files of a folder and the ids config.json and generation_config.json name.
+struct TokenizerFiles {
+  std::string tokenizer_json, tokenizer_config_json;
+  int64_t bos = 0;                      // <|endoftext|>
+  int64_t eos = 0;                      // <|im_end|>: config.json's eos_token_id
+  std::vector<int64_t> generation_eos;  // generation_config.json's eos_token_id
+};
+
+// tiny, small, bench: a byte-level BPE trained on the embedded corpus for vocab_size - 3 tokens,
+// then the three ChatML specials, with the ChatML template.
+TokenizerFiles TrainedTokenizer(const ModelConfig& config) {
+  const tokenizer::BpeVocab vocab =
+      tokenizer::TrainByteLevelBpe(kMakeModelCorpus, static_cast<size_t>(config.vocab_size - 3));
+  const int first_special = static_cast<int>(vocab.tokens.size());
+  const std::vector<tokenizer::SpecialToken> specials = {{"<|endoftext|>", first_special},
+                                                         {"<|im_start|>", first_special + 1},
+                                                         {"<|im_end|>", first_special + 2}};
+  TokenizerFiles files;
+  files.tokenizer_json = tokenizer::MakeTokenizerJson(vocab, specials);
+  files.tokenizer_config_json = tokenizer::MakeTokenizerConfigJson(
+      specials, tokenizer::kChatMlTemplate, static_cast<int>(config.max_position_embeddings));
+  files.bos = first_special;
+  files.eos = first_special + 2;
+  files.generation_eos = {files.eos};
+  return files;
+}
+
+// A real-shape preset: the real Qwen3 tokenizer (preset_files.h) with the model's chat template.
+// The vocabulary (--vocab-size) must cover the tokenizer's ids. generation_config.json stops on
+// <|im_end|> and <|endoftext|>, as the published ones do.
+Result<TokenizerFiles> PublishedTokenizer(const PublishedModel& m, const ModelConfig& config) {
+  TokenizerFiles files;
+  ASSIGN_OR_RETURN(files.tokenizer_json, Qwen3TokenizerJson());
+  files.tokenizer_config_json = std::string(Qwen3TokenizerConfigJson());
+  if (m.chat_template == ChatTemplateSource::kQwen3_5) {
+    ASSIGN_OR_RETURN(nlohmann::ordered_json tokenizer_config,
+                     ParseJson<nlohmann::ordered_json>(files.tokenizer_config_json,
+                                                       "the embedded tokenizer_config.json"));
+    tokenizer_config["chat_template"] = std::string(Qwen35ChatTemplate());
+    files.tokenizer_config_json = tokenizer_config.dump(2) + "\n";
+  }
+  // Loaded as moeserve will load the folder: the files are checked before they are written.
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<tokenizer::Tokenizer> tok,
+      tokenizer::Tokenizer::FromJson(files.tokenizer_json, files.tokenizer_config_json));
+  RETURN_IF_ERROR(
+      tokenizer::ChatTemplate::FromTokenizerConfig(files.tokenizer_config_json).status());
+  if (config.vocab_size < tok->id_limit()) {
+    return InvalidArgument(
+        "--vocab-size {}: the Qwen3 tokenizer of --preset {} has ids up to {}, so the vocabulary "
+        "must be at least {}",
+        config.vocab_size, m.preset, tok->id_limit() - 1, tok->id_limit());
+  }
+  const std::optional<int32_t> endoftext = tok->TokenToId("<|endoftext|>");
+  const std::optional<int32_t> im_end = tok->TokenToId("<|im_end|>");
+  if (!endoftext || !im_end) {
+    return Internal("the embedded Qwen3 tokenizer lacks <|endoftext|> or <|im_end|>");
+  }
+  files.bos = *endoftext;
+  files.eos = *im_end;
+  files.generation_eos = {*im_end, *endoftext};
+  return files;
+}
+
+// Returns the config written.
+Result<ModelConfig> MakeModel(const Options& o, const FlagSet& flags) {
   ASSIGN_OR_RETURN(ModelConfig config, BuildConfig(o, flags));
   const std::optional<DType> dtype = ParseDTypeName(o.dtype);
   if (!dtype || (*dtype != DType::kBF16 && *dtype != DType::kF32)) {
@@ -370,33 +617,33 @@ Status MakeModel(const Options& o, const FlagSet& flags) {
   if (o.out.empty()) return InvalidArgument("--out is required");
   if (o.max_shard_size_mb <= 0) return InvalidArgument("--max-shard-size: must be positive");
 
+  const PublishedModel* published = FindPublishedModel(o.preset);
+  TokenizerFiles files;
+  if (published != nullptr) {
+    ASSIGN_OR_RETURN(files, PublishedTokenizer(*published, config));
+  } else {
+    files = TrainedTokenizer(config);
+  }
+  config.bos_token_id = files.bos;
+  config.eos_token_ids = {files.eos};
+
   std::error_code ec;
   std::filesystem::create_directories(o.out, ec);
   if (ec || !std::filesystem::is_directory(o.out)) {
     return IoError("cannot create the folder {}: {}", o.out, ec ? ec.message() : "not a folder");
   }
-
-  // Tokenizer: byte-level BPE trained on the embedded corpus, then the three ChatML specials.
-  const tokenizer::BpeVocab vocab =
-      tokenizer::TrainByteLevelBpe(kMakeModelCorpus, static_cast<size_t>(config.vocab_size - 3));
-  const int first_special = static_cast<int>(vocab.tokens.size());
-  const std::vector<tokenizer::SpecialToken> specials = {{"<|endoftext|>", first_special},
-                                                         {"<|im_start|>", first_special + 1},
-                                                         {"<|im_end|>", first_special + 2}};
-  config.bos_token_id = first_special;
-  config.eos_token_ids = {first_special + 2};
-  RETURN_IF_ERROR(
-      WriteTextFile(o.out + "/tokenizer.json", tokenizer::MakeTokenizerJson(vocab, specials)));
-  RETURN_IF_ERROR(WriteTextFile(
-      o.out + "/tokenizer_config.json",
-      tokenizer::MakeTokenizerConfigJson(specials, tokenizer::kChatMlTemplate,
-                                         static_cast<int>(config.max_position_embeddings))));
+  RETURN_IF_ERROR(WriteTextFile(o.out + "/tokenizer.json", files.tokenizer_json));
+  RETURN_IF_ERROR(WriteTextFile(o.out + "/tokenizer_config.json", files.tokenizer_config_json));
   RETURN_IF_ERROR(WriteTextFile(o.out + "/config.json", io::ModelConfigToJson(config)));
   RETURN_IF_ERROR(WriteTextFile(
       o.out + "/generation_config.json",
       fmt::format(
           "{{\n  \"bos_token_id\": {},\n  \"eos_token_id\": {},\n  \"do_sample\": false\n}}\n",
-          config.bos_token_id, config.eos_token_ids[0])));
+          config.bos_token_id,
+          files.generation_eos.size() == 1
+              ? fmt::format("{}", files.generation_eos[0])
+              : fmt::format("[{}]", fmt::join(files.generation_eos, ", ")))));
+  if (o.no_weights) return config;
 
   // Weights.
   std::vector<io::SafetensorsTensorSpec> specs;
@@ -437,7 +684,7 @@ Status MakeModel(const Options& o, const FlagSet& flags) {
   };
   RETURN_IF_ERROR(io::WriteSafetensorsCheckpoint(o.out, specs, fill,
                                                  static_cast<uint64_t>(o.max_shard_size_mb) << 20));
-  return OkStatus();
+  return config;
 }
 
 }  // namespace
@@ -447,11 +694,20 @@ int RunMakeModel(const std::vector<std::string>& args) {
   FlagSet flags(
       "moeserve make-model",
       "Writes a Hugging Face model folder (config.json, generation_config.json, safetensors\n"
-      "weights, tokenizer.json, tokenizer_config.json with a ChatML template) with random\n"
-      "weights and a byte-level BPE tokenizer trained on an embedded corpus, deterministic for\n"
-      "a seed.");
-  flags.String("arch", &o.arch, "qwen3_next | qwen3_5_moe | qwen3_moe | qwen3 | llama");
-  flags.String("preset", &o.preset, "tiny (a few MB) | small (~100 M params) | bench (~1.2 B)");
+      "weights, tokenizer.json, tokenizer_config.json) with random weights, deterministic for\n"
+      "a seed. The presets tiny (a few MB, for tests), small (~100 M parameters) and bench\n"
+      "(the real models' layer shapes, 8 layers, 32 experts) exist for every --arch and get a\n"
+      "byte-level BPE tokenizer trained on an embedded corpus with a ChatML template. The\n"
+      "real-shape presets have a published model's config.json (the size flags below still\n"
+      "override it: --num-layers 8 cuts one for tests and benchmarks), the real Qwen3\n"
+      "tokenizer and the model's chat template; the name implies --arch:\n"
+      "\n" +
+          PublishedModelTable());
+  flags.String("arch", &o.arch,
+               "qwen3_next | qwen3_5_moe | qwen3_moe | qwen3 | llama (a real-shape preset "
+               "implies its own)");
+  flags.String("preset", &o.preset,
+               "tiny | small | bench | qwen3-30b-a3b | qwen3.5-35b-a3b | qwen3-next-80b-a3b");
   flags.String("out", &o.out, "output folder (created if absent)");
   flags.Int("seed", &o.seed, "random seed");
   flags.String("dtype", &o.dtype, "weight dtype: bf16 | f32");
@@ -473,13 +729,18 @@ int RunMakeModel(const std::vector<std::string>& args) {
   flags.Int("max-shard-size", &o.max_shard_size_mb,
             "MiB per safetensors file; larger models are sharded with an index");
   flags.Int("threads", &o.threads, "threads drawing weights (0: all cores)");
+  flags.Bool("no-weights", &o.no_weights,
+             "write everything but the safetensors (a folder inspect can plan a run for)");
   if (std::optional<int> exit_code = ParseFlags(flags, args, kCommand)) return *exit_code;
   Stopwatch watch;
-  Status s = MakeModel(o, flags);
-  if (s.code() == StatusCode::kInvalidArgument) return UsageError(kCommand, s);
-  if (!s.ok()) return RuntimeError(kCommand, s);
-  std::fprintf(stderr, "make-model: wrote %s (%s, preset %s) in %.1f s\n", o.out.c_str(),
-               o.arch.c_str(), o.preset.c_str(), watch.ElapsedSeconds());
+  Result<ModelConfig> made = MakeModel(o, flags);
+  if (made.status().code() == StatusCode::kInvalidArgument) {
+    return UsageError(kCommand, made.status());
+  }
+  if (!made.ok()) return RuntimeError(kCommand, made.status());
+  fmt::print(stderr, "make-model: wrote {} ({}, preset {}{}) in {:.1f} s\n", o.out,
+             io::ArchitectureFlagName(made->architecture), o.preset,
+             o.no_weights ? ", no weights" : "", watch.ElapsedSeconds());
   return 0;
 }
 

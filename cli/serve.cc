@@ -78,6 +78,10 @@ int Run(const Options& o) {
   // the steps it broadcasts.
   // mpirun forwards SIGTERM / SIGINT to every rank: the others outlast them, stopped by rank 0
   // once it has shut down. A local run loads once the port is bound.
+  if (std::optional<int> refused =
+          CheckMemoryPlan(o.model, o.engine, o.engine.ToConfig(), kCommand)) {
+    return *refused;
+  }
   std::unique_ptr<model::ModelGroup> mpi_group;
   if (o.model.mpi()) {
     LoadedModel loaded = LoadOrFollow(o.model, kCommand, FollowerSignals::kBlock);

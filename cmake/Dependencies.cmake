@@ -10,6 +10,8 @@ find_package(benchmark REQUIRED)                # libbenchmark-dev
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)   # libpcre2-dev (tokenizer)
 find_package(MPI COMPONENTS CXX)                # libopenmpi-dev (parallel, optional for now)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)  # libutf8proc-dev (NFC)
+# make-model's real-shape presets: the embedded Qwen3 tokenizer.json is gzip-compressed (cli/).
+find_package(ZLIB REQUIRED)                     # zlib1g-dev
 # The server's HTTP front: Boost.Beast over Boost.Asio, header-only (libboost-dev;
 # docs/reliability.md says why). Asio without the deprecated io_service names.
 find_package(Boost 1.74 REQUIRED)

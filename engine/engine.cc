@@ -1,10 +1,10 @@
 #include "engine/engine.h"
 
 #include <algorithm>
-#include <fstream>
 #include <numeric>
 #include <string>
 
+#include "core/memory_info.h"
 #include "core/trace.h"
 #include "engine/spec_decode/mtp_proposer.h"
 #include "engine/spec_decode/ngram_proposer.h"
@@ -27,18 +27,6 @@ int64_t StateBytesPerSlot(const io::ModelConfig& c) {
   return gdn_layers * floats * static_cast<int64_t>(sizeof(float));
 }
 
-// /proc/meminfo's MemAvailable in bytes (0 when unknown).
-int64_t AvailableMemoryBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return 0;
-}
-
 // Bytes one KV block takes over every full-attention layer (MTP layers included): K and V, f32.
 int64_t KvBytesPerBlock(const io::ModelConfig& c, int64_t block_size) {
   int64_t attention_layers = c.num_mtp_layers;
@@ -49,7 +37,10 @@ int64_t KvBytesPerBlock(const io::ModelConfig& c, int64_t block_size) {
          std::max<int64_t>(attention_layers, 1);
 }
 
-Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig& e) {
+}  // namespace
+
+Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig& e,
+                                   int64_t available_memory_bytes) {
   if (e.max_num_seqs < 1) {
     return InvalidArgument("--max-num-seqs must be >= 1 (got {})", e.max_num_seqs);
   }
@@ -154,7 +145,7 @@ Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig&
       // prompt's end, a shared prefix's junction, each interval, its output's end), at least
       // 16, in at most 2 GiB and an eighth of the memory available.
       const double budget =
-          std::min(kDefaultStateCacheGiB * kGiB, static_cast<double>(AvailableMemoryBytes()) / 8);
+          std::min(kDefaultStateCacheGiB * kGiB, static_cast<double>(available_memory_bytes) / 8);
       l.num_checkpoints = std::min(static_cast<int64_t>(budget / l.state_slot_bytes),
                                    std::max<int64_t>(positions / 256, 16));
     }
@@ -163,8 +154,6 @@ Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig&
   }
   return l;
 }
-
-}  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::Create(model::CausalLm& model, const EngineConfig& config) {
   auto group = std::make_unique<model::ModelGroup>(model);
@@ -181,7 +170,8 @@ Result<std::unique_ptr<Engine>> Engine::Create(model::ModelGroup& group,
                            SpecName(config.spec));
   }
   // The cache is sized by a rank's shard (its KV heads).
-  ASSIGN_OR_RETURN(EngineLayout layout, ResolveLayout(model.shard().local, config));
+  ASSIGN_OR_RETURN(EngineLayout layout,
+                   ResolveLayout(model.shard().local, config, AvailableMemoryBytes()));
   const int64_t blocks_per_request = CeilDiv(layout.max_model_len, layout.block_size);
   const SpecConfig& spec = layout.spec;
   const int64_t K = spec.enabled() ? spec.num_speculative_tokens : 0;

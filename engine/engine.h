@@ -69,6 +69,14 @@ struct EngineLayout {
   SpecConfig spec = {};
 };
 
+// What `config` resolves to on a rank whose config (its shard's sizes) is `local_config`: the KV
+// blocks, GDN state slots and checkpoints the engine will allocate. A value the model rejects is
+// an InvalidArgument naming it. available_memory_bytes (MemAvailable once the weights are
+// loaded; 0: unknown) bounds the default number of GDN state checkpoints. Engine::Create and the
+// memory plan (memory_plan.h) both size the caches with it.
+Result<EngineLayout> ResolveLayout(const io::ModelConfig& local_config, const EngineConfig& config,
+                                   int64_t available_memory_bytes);
+
 // vLLM's parallel sampling: n > 1 becomes n requests with n = 1, choice i seeded seed + i when a
 // seed is set (vllm/v1/engine/parallel_sampling.py).
 std::vector<SamplingParams> FanOut(const SamplingParams& params);

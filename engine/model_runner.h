@@ -66,6 +66,7 @@ class ModelRunner final : public MtpHead {
   const float* logits_of(int64_t i, int64_t j = 0) const;
 
   model::ModelCache& cache() { return group_.cache(); }
+  const model::ModelCache& cache() const { return group_.cache(); }
   int64_t num_rows_in_use() const { return static_cast<int64_t>(row_of_.size()); }
 
  private:

@@ -202,6 +202,33 @@ void CausalLm::Reserve(int64_t max_tokens, int64_t max_logits_rows) {
   }
 }
 
+int64_t CausalLm::ReserveBytes(const io::ModelConfig& config, const ShardLayout& shard,
+                               int64_t max_tokens, int64_t max_logits_rows) {
+  // As Reserve: elements of f32 and i32 buffers.
+  const int64_t H = config.hidden_size, V = config.vocab_size, rows = max_logits_rows;
+  int64_t floats = 2 * max_tokens * H + rows * H + rows * V;  // x, hidden, logits_in, logits
+  int64_t ints = 2 * rows;                                    // argmax, mtp_argmax
+  if (config.num_mtp_layers > 0) floats += 3 * max_tokens * H + rows * V;
+  const int64_t ranks = shard.spec.size;
+  if (ranks > 1) {
+    const int64_t padded = rows * shard.vocab_stride;
+    floats += padded + 2 * rows + ranks * std::max(padded, 2 * rows);
+  }
+  return Scratch::ReserveBytes(config, max_tokens) + floats * static_cast<int64_t>(sizeof(float)) +
+         ints * static_cast<int64_t>(sizeof(int32_t));
+}
+
+int64_t CausalLm::reserved_bytes() const {
+  int64_t floats = 0;
+  for (const std::vector<float>* v : {&x_, &hidden_, &mtp_in_, &mtp_out_, &logits_in_, &logits_,
+                                      &mtp_logits_, &local_logits_, &gathered_}) {
+    floats += static_cast<int64_t>(v->size());
+  }
+  const int64_t ints = static_cast<int64_t>(argmax_.size() + mtp_argmax_.size());
+  return scratch_.bytes() + floats * static_cast<int64_t>(sizeof(float)) +
+         ints * static_cast<int64_t>(sizeof(int32_t));
+}
+
 void CausalLm::ForwardBatch(const TokenBatch& batch, ModelCache& cache, const int32_t* logits_rows,
                             int64_t num_logits, LogitsMode mode) {
   const int64_t T = batch.num_tokens, H = config_.hidden_size;

@@ -71,6 +71,13 @@ class CausalLm {
   // Plans every buffer of a forward call for batches of up to max_tokens tokens and
   // max_logits_rows logits rows, so that such calls allocate nothing.
   void Reserve(int64_t max_tokens, int64_t max_logits_rows);
+  // The bytes Reserve(max_tokens, max_logits_rows) allocates on a fresh model of `config` (the
+  // global config) as rank shard.spec.rank, its layers' Scratch included: the memory plan's
+  // figure (engine/memory_plan.h).
+  static int64_t ReserveBytes(const io::ModelConfig& config, const ShardLayout& shard,
+                              int64_t max_tokens, int64_t max_logits_rows);
+  // The bytes of the buffers Reserve plans, as they are now.
+  int64_t reserved_bytes() const;
 
   // Runs the batch's tokens through the decoder, reading and extending `cache`. Afterwards
   // hidden() holds the final-normed hidden states [T, H] (what lm_head and the MTP head read) and

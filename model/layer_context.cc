@@ -6,7 +6,12 @@
 
 namespace moeserve::model {
 
-void Scratch::Reserve(const io::ModelConfig& c, int64_t max_tokens) {
+namespace {
+
+// Every buffer Scratch::Reserve plans, with the elements it needs for batches of up to
+// max_tokens tokens: visit(buffer, elements). One list for Reserve, ReserveBytes and bytes().
+template <typename S, typename Visit>
+void PlanScratch(S& s, const io::ModelConfig& c, int64_t max_tokens, Visit&& visit) {
   const int64_t N = max_tokens, H = c.hidden_size;
   const int64_t q_stride = c.attn_output_gate ? 2 * c.head_dim : c.head_dim;
   const int64_t attn_cols =
@@ -14,30 +19,54 @@ void Scratch::Reserve(const io::ModelConfig& c, int64_t max_tokens) {
   const int64_t gdn_cols = c.linear_conv_dim() + c.linear_value_dim();
   const int64_t head_floats = c.num_attention_heads * c.head_dim;
   const int64_t k = c.num_experts_per_tok;
-  Grow(normed, N * H);
-  Grow(delta, N * H);
-  Grow(proj, N * std::max(attn_cols, gdn_cols));
-  Grow(gates, N * 2 * c.linear_num_value_heads);
-  Grow(core, N * c.linear_value_dim());
-  Grow(heads, N * head_floats);
-  Grow(gate, N * head_floats);
-  Grow(attn, N * head_floats);
-  Grow(router, N * c.num_experts);
-  Grow(topk_ids, N * k);
-  Grow(topk_weights, N * k);
-  Grow(expert_offsets, c.num_experts + 1);
-  Grow(expert_pairs, N * k);
+  visit(s.normed, N * H);
+  visit(s.delta, N * H);
+  visit(s.proj, N * std::max(attn_cols, gdn_cols));
+  visit(s.gates, N * 2 * c.linear_num_value_heads);
+  visit(s.core, N * c.linear_value_dim());
+  visit(s.heads, N * head_floats);
+  visit(s.gate, N * head_floats);
+  visit(s.attn, N * head_floats);
+  visit(s.router, N * c.num_experts);
+  visit(s.topk_ids, N * k);
+  visit(s.topk_weights, N * k);
+  visit(s.expert_offsets, c.num_experts + 1);
+  visit(s.expert_pairs, N * k);
   // A group of experts holds up to kMoeGroupRows rows, or one expert's (each token at most once).
   const int64_t group_rows = std::max(kMoeGroupRows, N);
-  Grow(expert_in, group_rows * H);
-  Grow(expert_out, group_rows * H);
-  Grow(expert_mid, std::max(group_rows * 2 * c.moe_intermediate_size,
-                            N * 2 * c.intermediate_size));  // also the dense MLP's
-  Grow(moe_jobs, c.num_experts + 1);
-  Grow(shared_mid, N * 2 * c.shared_expert_intermediate_size);
-  Grow(shared_out, N * H);
-  Grow(rope_cos, c.rotary_dim / 2);
-  Grow(rope_sin, c.rotary_dim / 2);
+  visit(s.expert_in, group_rows * H);
+  visit(s.expert_out, group_rows * H);
+  visit(s.expert_mid, std::max(group_rows * 2 * c.moe_intermediate_size,
+                               N * 2 * c.intermediate_size));  // also the dense MLP's
+  visit(s.moe_jobs, c.num_experts + 1);
+  visit(s.shared_mid, N * 2 * c.shared_expert_intermediate_size);
+  visit(s.shared_out, N * H);
+  visit(s.rope_cos, c.rotary_dim / 2);
+  visit(s.rope_sin, c.rotary_dim / 2);
+}
+
+}  // namespace
+
+void Scratch::Reserve(const io::ModelConfig& c, int64_t max_tokens) {
+  PlanScratch(*this, c, max_tokens, [](auto& buffer, int64_t n) { Grow(buffer, n); });
+}
+
+int64_t Scratch::ReserveBytes(const io::ModelConfig& c, int64_t max_tokens) {
+  Scratch empty;
+  int64_t bytes = 0;
+  PlanScratch(empty, c, max_tokens, [&](auto& buffer, int64_t n) {
+    bytes += n * static_cast<int64_t>(sizeof(buffer[0]));
+  });
+  return bytes;
+}
+
+int64_t Scratch::bytes() const {
+  int64_t bytes = 0;
+  // The planned buffers' sizes now (the elements PlanScratch computes are not needed).
+  PlanScratch(*this, io::ModelConfig{}, 0, [&](const auto& buffer, int64_t) {
+    bytes += static_cast<int64_t>(buffer.size() * sizeof(buffer[0]));
+  });
+  return bytes;
 }
 
 }  // namespace moeserve::model

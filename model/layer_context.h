@@ -46,6 +46,10 @@ struct Scratch {
   std::vector<float> rope_cos, rope_sin;
 
   void Reserve(const io::ModelConfig& config, int64_t max_tokens);
+  // The bytes Reserve(config, max_tokens) allocates in an empty Scratch (the memory plan's).
+  static int64_t ReserveBytes(const io::ModelConfig& config, int64_t max_tokens);
+  // The bytes of the buffers Reserve plans, as they are now.
+  int64_t bytes() const;
 };
 
 // The case study's optimizations of the forward that can be switched off (--no-...), to

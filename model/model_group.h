@@ -65,6 +65,7 @@ class ModelGroup {
   const CausalLm& model() const { return *ranks_[0].model; }
   // Every rank's cache shard; this is rank 0's.
   ModelCache& cache() { return *ranks_[0].cache; }
+  const ModelCache& cache() const { return *ranks_[0].cache; }
   // Rank 0's modelled link (--comm-sim), null without one.
   const parallel::SimulatedLinkCommunicator* link() const { return ranks_[0].link.get(); }
 

@@ -12,6 +12,7 @@ packages=(
   nlohmann-json3-dev libfmt-dev           # JSON, formatting
   libgtest-dev libbenchmark-dev           # tests, benchmarks (the build configures them)
   libpcre2-dev libutf8proc-dev            # tokenizer: regex with Unicode properties, NFC
+  zlib1g-dev                              # make-model: the embedded Qwen3 tokenizer, gzipped
   libboost-dev                            # server: Boost.Beast / Asio (HTTP front)
   libcpp-httplib-dev                      # HTTP clients: bench serve, tests
   libopenmpi-dev openmpi-bin              # ranks across processes and machines
