@@ -7,7 +7,9 @@
 # MODEL_DIR defaults to the bench preset in /tmp/bench (made if missing), BATCH_SIZES to 1,4,8.
 # ISAS="native avx2" (native: the best target this CPU runs, e.g. avx3_dl) and
 # DTYPES="bf16 int8 int4 w8a8 w4a8" choose the rows; OUT (default /tmp) gets the JSON
-# and, for the ablations, bench latency's HTML reports; ABLATION=0 skips the ablations.
+# and, for the ablations, bench latency's HTML reports; ABLATION=0 skips the ablations; EXTRA
+# adds flags to every run (e.g. EXTRA="--lm-head-dtype int4"). The real shapes: MODEL_DIR from
+# `moeserve make-model --preset qwen3-30b-a3b --num-layers 8 --out DIR` (docs/performance.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake --preset release >/dev/null
@@ -23,7 +25,7 @@ for isa in ${ISAS:-native avx2}; do
   for dtype in ${DTYPES:-bf16 int8 int4 w8a8 w4a8}; do
     echo "== $isa --weight-dtype $dtype"
     "$bin" bench latency --model "$model" --batch-size "$batches" --input-len 128 --output-len 64 \
-      "${isa_flag[@]}" --weight-dtype "$dtype" --json "$out/bench_${isa}_${dtype}.json"
+      "${isa_flag[@]}" --weight-dtype "$dtype" ${EXTRA:-} --json "$out/bench_${isa}_${dtype}.json"
   done
   [ "${ABLATION:-1}" = 1 ] || continue
   echo "== $isa ablation"
