@@ -274,8 +274,11 @@ Ceilings MeasureCeilings(const Options& o, model::ModelGroup& group) {
       return static_cast<double>(sizeof(float));
     }
     const int64_t cols = t.shape.back();
-    return model::BytesPerWeight(
-        model::MatrixDType(weights.matrix_dtype, weights.base_dtype, t.role, cols), cols);
+    const DType dtype =
+        t.role == model::TensorRole::kLmHead && weights.lm_head.view().rank() == 2
+            ? weights.lm_head.view().dtype()
+            : model::MatrixDType(weights.matrix_dtype, weights.base_dtype, t.role, cols);
+    return model::BytesPerWeight(dtype, cols);
   });
   // Measured with as many threads as the ranks here compute with.
   ThreadPool bandwidth_pool(static_cast<size_t>(m.threads_here));

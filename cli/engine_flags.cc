@@ -98,6 +98,7 @@ Result<engine::MemoryPlan> PlanRun(const ModelFlags& model, const io::ModelConfi
                                    const engine::EngineConfig& config) {
   engine::MemoryPlanOptions options;
   if (!model.weight_dtype.empty()) options.weight_dtype = ParseDTypeName(model.weight_dtype);
+  if (!model.lm_head_dtype.empty()) options.lm_head_dtype = ParseDTypeName(model.lm_head_dtype);
   options.tp = static_cast<int>(model.tp);
   options.ep = model.ep;
   options.ranks_here = static_cast<int>(model.RanksOnThisMachine());
@@ -144,21 +145,21 @@ Result<std::unique_ptr<engine::Engine>> CreateEngine(model::ModelGroup& group,
       "state slots ({:.1f} MiB), prefix caching {}, speculative decoding {}",
       l.max_model_len, l.num_blocks, l.block_size, l.kv_bytes, l.kv_bytes / 1048576.0,
       l.num_state_slots, l.num_state_slots * l.state_slot_bytes / 1048576.0,
-      !l.prefix_caching          ? std::string("off")
-      : l.state_slot_bytes == 0 ? std::string("on")
-                                : fmt::format("on: {} GDN state checkpoints of {:.2f} MiB "
-                                              "({:.1f} MiB; {:.1f} KiB of KV per cached token), "
-                                              "at prompt and output ends, shared prefixes' "
-                                              "junctions and every {} prompt tokens",
-                                              l.num_checkpoints, l.state_slot_bytes / 1048576.0,
-                                              l.num_checkpoints * l.state_slot_bytes / 1048576.0,
-                                              l.kv_bytes / 1024.0 / (l.num_blocks * l.block_size),
-                                              l.checkpoint_interval),
-      !l.spec.enabled()                 ? std::string("off")
-      : l.spec.disable_batch_size == 0 ? engine::SpecName(l.spec)
-                                       : fmt::format("{} (paused above {} requests)",
-                                                     engine::SpecName(l.spec),
-                                                     l.spec.disable_batch_size));
+      !l.prefix_caching ? std::string("off")
+      : l.state_slot_bytes == 0
+          ? std::string("on")
+          : fmt::format("on: {} GDN state checkpoints of {:.2f} MiB "
+                        "({:.1f} MiB; {:.1f} KiB of KV per cached token), "
+                        "at prompt and output ends, shared prefixes' "
+                        "junctions and every {} prompt tokens",
+                        l.num_checkpoints, l.state_slot_bytes / 1048576.0,
+                        l.num_checkpoints * l.state_slot_bytes / 1048576.0,
+                        l.kv_bytes / 1024.0 / (l.num_blocks * l.block_size), l.checkpoint_interval),
+      !l.spec.enabled() ? std::string("off")
+      : l.spec.disable_batch_size == 0
+          ? engine::SpecName(l.spec)
+          : fmt::format("{} (paused above {} requests)", engine::SpecName(l.spec),
+                        l.spec.disable_batch_size));
   return engine;
 }
 

@@ -226,6 +226,9 @@ int RunInspect(const std::vector<std::string>& args) {
   flags.String("weight-dtype", &o.model.weight_dtype,
                "the memory plan's weights: bf16 | f32 | int8 | int4 | w8a8 | w4a8 (default: as "
                "config.json's torch_dtype)");
+  flags.String("lm-head-dtype", &o.model.lm_head_dtype,
+               "the memory plan's lm_head: one of --weight-dtype's (default: as --weight-dtype "
+               "implies)");
   flags.Int("tp", &o.model.tp, "the memory plan's tensor-parallel ranks (all on this machine)");
   flags.Bool("ep", &o.model.ep, "the memory plan's expert parallelism");
   o.engine.RegisterSizing(flags);

@@ -49,15 +49,17 @@ Result<MemoryPlan> PlanMemory(const io::ModelConfig& config, const MemoryPlanOpt
     return InvalidArgument("weight dtype {} is not supported", DTypeName(plan.matrix_dtype));
   }
   if (!IsPackedDType(plan.matrix_dtype)) plan.base_dtype = plan.matrix_dtype;
-  plan.lm_head_dtype = model::MatrixDType(plan.matrix_dtype, plan.base_dtype,
-                                          model::TensorRole::kLmHead, config.hidden_size);
+  plan.lm_head_dtype =
+      model::MatrixDType(plan.matrix_dtype, plan.base_dtype, model::TensorRole::kLmHead,
+                         config.hidden_size, options.lm_head_dtype);
   const int ranks_here = std::clamp(options.ranks_here, 1, options.tp);
 
   std::vector<model::ShardLayout> shards;
   for (int r = 0; r < ranks_here; ++r) {
     ASSIGN_OR_RETURN(model::ShardLayout shard,
                      model::MakeShardLayout(config, {r, options.tp, options.ep}));
-    plan.weights += model::PlanWeightBytes(config, shard, plan.matrix_dtype, plan.base_dtype);
+    plan.weights += model::PlanWeightBytes(config, shard, plan.matrix_dtype, plan.base_dtype,
+                                           options.lm_head_dtype);
     shards.push_back(std::move(shard));
   }
   // The engine sizes its default GDN state checkpoints against what is available once the

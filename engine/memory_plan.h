@@ -25,9 +25,10 @@ namespace moeserve::engine {
 inline constexpr int64_t kRuntimeReserveBytes = int64_t{512} << 20;
 
 struct MemoryPlanOptions {
-  std::optional<DType> weight_dtype;  // --weight-dtype; nullopt: config.json's torch_dtype
-  int tp = 1;                         // --tp ranks
-  bool ep = false;                    // --ep
+  std::optional<DType> weight_dtype;   // --weight-dtype; nullopt: config.json's torch_dtype
+  std::optional<DType> lm_head_dtype;  // --lm-head-dtype; nullopt: as weight_dtype implies
+  int tp = 1;                          // --tp ranks
+  bool ep = false;                     // --ep
   int ranks_here = 1;  // ranks this machine holds: --tp under --comm local, mpirun's per node
   EngineConfig engine;
   int64_t available_bytes = 0;  // MemAvailable (core/memory_info.h); 0: unknown

@@ -1,5 +1,6 @@
 #include "model/weight_bytes.h"
 
+#include <array>
 #include <vector>
 
 #include "core/tensor.h"
@@ -127,7 +128,7 @@ WeightBytes& WeightBytes::operator+=(const WeightBytes& other) {
 }
 
 WeightBytes PlanWeightBytes(const io::ModelConfig& c, const ShardLayout& shard, DType requested,
-                            DType base) {
+                            DType base, std::optional<DType> lm_head) {
   WeightBytes out;
   const int64_t H = c.hidden_size;
   out[WeightKind::kEmbedding] =
@@ -137,8 +138,9 @@ WeightBytes PlanWeightBytes(const io::ModelConfig& c, const ShardLayout& shard, 
   }
   out[WeightKind::kNorms] += H * kF32;  // the final norm
   if (!c.tie_word_embeddings) {
-    out[WeightKind::kLmHead] =
-        MatrixBytes(requested, base, TensorRole::kLmHead, shard.vocab.count, H);
+    out[WeightKind::kLmHead] = static_cast<int64_t>(
+        TensorBytes(MatrixDType(requested, base, TensorRole::kLmHead, H, lm_head),
+                    std::array<int64_t, 2>{shard.vocab.count, H}));
   }
   if (c.num_mtp_layers > 0) {
     const WeightKind mtp = WeightKind::kMtp;

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "core/dtype.h"
@@ -41,9 +42,11 @@ struct WeightBytes {
 
 // The bytes LoadWeights allocates on rank shard.spec.rank for `config` (the global config) with
 // matrices of `requested` (bf16, f32 or a packed format) over a checkpoint whose matrices are
-// `base` (bf16 or f32: what a packed format keeps in the checkpoint's precision).
+// `base` (bf16 or f32: what a packed format keeps in the checkpoint's precision) and lm_head as
+// MatrixDType's `lm_head` (--lm-head-dtype) says.
 WeightBytes PlanWeightBytes(const io::ModelConfig& config, const ShardLayout& shard,
-                            DType requested, DType base);
+                            DType requested, DType base,
+                            std::optional<DType> lm_head = std::nullopt);
 
 // The base precision a load picks, from config.json: f32 when torch_dtype says float32 or
 // float16, else bf16 -- what LoadWeights picks from the stored dtypes when torch_dtype is true

@@ -84,6 +84,16 @@ TEST(WeightBytesTest, PlanEqualsWhatTheLoaderAllocates) {
         }
         EXPECT_GT(loaded.total(), 0);
       }
+      // --lm-head-dtype: lm_head at 4 bits under int4, and at bf16 under int8.
+      for (auto [dtype, lm_head] :
+           {std::pair{DType::kQ4, DType::kQ4}, std::pair{DType::kQ8, DType::kBF16}}) {
+        SCOPED_TRACE(fmt::format("rank {} of {}, {}, lm_head {}", spec.rank, spec.size,
+                                 DTypeName(dtype), DTypeName(lm_head)));
+        Result<ModelWeights> weights = LoadWeights(*config, *shard, *checkpoint, dtype, lm_head);
+        ASSERT_TRUE(weights.ok()) << weights.status().ToString();
+        EXPECT_EQ(PlanWeightBytes(*config, *shard, dtype, base, lm_head)[WeightKind::kLmHead],
+                  CountWeightBytes(*weights)[WeightKind::kLmHead]);
+      }
     }
     fs::remove_all(dir);
   }
