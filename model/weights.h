@@ -16,6 +16,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
 #include "model/checkpoint_layout.h"
@@ -35,13 +36,13 @@ struct AttentionWeights {
 };
 
 struct GdnWeights {
-  OwnedTensor in_proj_qkvz;  // [2 key_dim + 2 value_dim, H], rows [q | k | v | z]
-  OwnedTensor in_proj_ba;    // [2 nv, H], rows [b | a]
-  std::vector<float> conv;   // [Kc][conv_dim]: conv[j][c] = conv1d.weight[c, 0, j]
-  std::vector<float> dt_bias;   // [nv]
+  OwnedTensor in_proj_qkvz;      // [2 key_dim + 2 value_dim, H], rows [q | k | v | z]
+  OwnedTensor in_proj_ba;        // [2 nv, H], rows [b | a]
+  std::vector<float> conv;       // [Kc][conv_dim]: conv[j][c] = conv1d.weight[c, 0, j]
+  std::vector<float> dt_bias;    // [nv]
   std::vector<float> neg_exp_a;  // [nv], -exp(A_log)
-  std::vector<float> norm;      // [dv], plain weight of the gated RMSNorm
-  OwnedTensor out_proj;         // [H, value_dim]
+  std::vector<float> norm;       // [dv], plain weight of the gated RMSNorm
+  OwnedTensor out_proj;          // [H, value_dim]
 };
 
 // One SwiGLU block: down(silu(gate x) * up x).
@@ -52,10 +53,10 @@ struct SwiGluWeights {
 };
 
 struct MoeWeights {
-  OwnedTensor router;                 // [E, H]
+  OwnedTensor router;                  // [E, H]
   std::vector<SwiGluWeights> experts;  // E; under --ep the ones another rank holds are empty
-  SwiGluWeights shared;               // empty without a shared expert
-  std::vector<float> shared_gate;     // [H]: sigmoid(x . shared_gate) scales the shared expert
+  SwiGluWeights shared;                // empty without a shared expert
+  std::vector<float> shared_gate;      // [H]: sigmoid(x . shared_gate) scales the shared expert
 };
 
 struct DecoderLayerWeights {
@@ -78,7 +79,7 @@ struct MtpWeights {
 struct ModelWeights {
   DType matrix_dtype = DType::kBF16;  // --weight-dtype: bf16, f32, or packed int8 / int4
   DType base_dtype = DType::kBF16;    // bf16 or f32: matrices a packed format does not hold
-  OwnedTensor embedding;  // [V, H] (vocab-parallel ranks: their rows, shard.h)
+  OwnedTensor embedding;              // [V, H] (vocab-parallel ranks: their rows, shard.h)
   std::vector<DecoderLayerWeights> layers;
   std::vector<float> final_norm;  // [H]
   OwnedTensor lm_head;            // [V, H]; empty when tied to the embedding
@@ -103,10 +104,15 @@ double BytesPerWeight(DType dtype, int64_t cols);
 // shard.spec.rank holds (shard.h; the whole model for a single rank, at shard.local's sizes; an
 // expert another rank holds under --ep is left empty). matrix_dtype: bf16, f32, int8 or int4
 // (MatrixDType); nullopt picks f32 when the checkpoint stores its matrices in f32 or f16, else
-// bf16. Errors name the missing,
-// misshapen or unusable tensor.
+// bf16. Errors name the missing, misshapen or unusable tensor.
+//
+// It streams: every matrix is allocated once at its stored size and filled row block by row block
+// straight from the mapped checkpoint over `pool`'s threads (inline without one), a row at a time
+// through an f32 row per thread; the mappings of the checkpoint's pages are let go as their
+// tensors are done (io/safetensors_pages.h). So what it holds beside the weights is a few rows
+// per thread, and the bytes are the same whatever the threads.
 Result<ModelWeights> LoadWeights(const io::ModelConfig& config, const ShardLayout& shard,
                                  const io::SafetensorsCheckpoint& checkpoint,
-                                 std::optional<DType> matrix_dtype);
+                                 std::optional<DType> matrix_dtype, ThreadPool* pool = nullptr);
 
 }  // namespace moeserve::model
