@@ -23,11 +23,14 @@
 #include "kernels/quantize.h"
 #include "model/checkpoint_layout.h"
 #include "model/shard.h"
+#include "model/testing.h"
 
 namespace moeserve::model {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::ForEachMatrix;
+using testing::MatrixBytes;
 
 // Qwen3-Next (GDN, gated attention, shared expert, MTP) at 2 layers, with matrices large enough
 // that an f32 copy of any expert or of the embedding is far above the loader's scratch.
@@ -61,32 +64,6 @@ Loaded Load(DType dtype, ThreadPool* pool) {
   Result<ModelWeights> w = LoadWeights(*config, *shard, *checkpoint, dtype, pool);
   EXPECT_TRUE(w.ok()) << w.status().ToString();
   return Loaded{std::move(*config), std::move(*checkpoint), std::move(*w)};
-}
-
-// Every matrix of the weights, in a fixed order.
-void ForEachMatrix(const ModelWeights& w, const std::function<void(const Tensor&)>& f) {
-  auto layer = [&](const DecoderLayerWeights& l) {
-    for (const OwnedTensor* t :
-         {&l.attention.qkv, &l.attention.o_proj, &l.gdn.in_proj_qkvz, &l.gdn.in_proj_ba,
-          &l.gdn.out_proj, &l.experts.router, &l.experts.shared.gate_up, &l.experts.shared.down,
-          &l.mlp.gate_up, &l.mlp.down}) {
-      f(t->view());
-    }
-    for (const SwiGluWeights& e : l.experts.experts) {
-      f(e.gate_up.view());
-      f(e.down.view());
-    }
-  };
-  f(w.embedding.view());
-  for (const DecoderLayerWeights& l : w.layers) layer(l);
-  f(w.lm_head.view());
-  f(w.mtp.fc.view());
-  for (const DecoderLayerWeights& l : w.mtp.layers) layer(l);
-}
-
-std::string Bytes(const Tensor& t) {
-  if (t.rank() == 0) return "";
-  return std::string(static_cast<const char*>(t.data()), t.bytes());
 }
 
 // Pages of `bytes` this process maps (/proc/self/pagemap, bit 63).
@@ -173,8 +150,8 @@ TEST(LoadWeightsTest, SameBytesWhateverTheThreadsEachRowQuantizedOnItsOwn) {
     const Loaded inline_load = Load(dtype, nullptr);
     const Loaded pooled = Load(dtype, &pool);
     std::vector<std::string> a, b;
-    ForEachMatrix(inline_load.weights, [&](const Tensor& t) { a.push_back(Bytes(t)); });
-    ForEachMatrix(pooled.weights, [&](const Tensor& t) { b.push_back(Bytes(t)); });
+    ForEachMatrix(inline_load.weights, [&](const Tensor& t) { a.push_back(MatrixBytes(t)); });
+    ForEachMatrix(pooled.weights, [&](const Tensor& t) { b.push_back(MatrixBytes(t)); });
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i)
       EXPECT_TRUE(a[i] == b[i]) << DTypeName(dtype) << " #" << i;
@@ -199,7 +176,7 @@ TEST(LoadWeightsTest, SameBytesWhateverTheThreadsEachRowQuantizedOnItsOwn) {
                        K);
       }
     }
-    EXPECT_TRUE(Bytes(down) == Bytes(expected.view())) << DTypeName(dtype);
+    EXPECT_TRUE(MatrixBytes(down) == MatrixBytes(expected.view())) << DTypeName(dtype);
   }
 }
 
