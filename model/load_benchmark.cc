@@ -6,8 +6,9 @@
 //            load converts them (ConvertToF32 + kernels::QuantizeRow, or a dtype conversion),
 //            from a source row block in cache; the load's time with no memory, page faults or
 //            waits (timed on an even sample of ~512 MB of rows, scaled to all of them)
-// Run: build/release/model/load_benchmark MODEL_DIR [DTYPE ...] [--threads N] (dtypes: bf16,
-// f32, int8, int4, w8a8, w4a8; default int4). Prints per dtype:
+// Run: build/release/model/load_benchmark MODEL_DIR [DTYPE ...] [--threads N] [--load-only]
+// (dtypes: bf16, f32, int8, int4, w8a8, w4a8; default int4; --load-only skips the ceilings, for a
+// profiler). Prints per dtype:
 //   load_s, GB/s   the load's seconds and checkpoint bytes per second
 //   cpu_s          CPU seconds of the process during the load (every thread, user + system)
 //   over_MB        the most the load held beside the weights it returned, counted exactly
@@ -218,8 +219,13 @@ int Run(int argc, char** argv) {
   const std::string dir = argv[1];
   std::vector<DType> dtypes;
   size_t threads = std::max(1u, std::thread::hardware_concurrency());
+  bool load_only = false;
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (arg == "--load-only") {
+      load_only = true;
+      continue;
+    }
     if (arg == "--threads" && i + 1 < argc) {
       threads = static_cast<size_t>(std::max(1, std::atoi(argv[++i])));
       continue;
@@ -266,9 +272,10 @@ int Run(int argc, char** argv) {
     const size_t anon = RssAnon();
     Result<std::vector<ResolvedTensor>> tensors = ResolveCheckpoint(*config, *checkpoint);
     CHECK(tensors.ok());
-    const double compute_gbps = gb / ComputeSeconds(*tensors, w->matrix_dtype, w->base_dtype, pool);
+    const double compute_gbps =
+        load_only ? 0 : gb / ComputeSeconds(*tensors, w->matrix_dtype, w->base_dtype, pool);
     *w = ModelWeights();
-    const double read_gbps = ReadGBps(dir, pool);
+    const double read_gbps = load_only ? 0 : ReadGBps(dir, pool);
     std::printf("%-6s %7.2f %6.2f %6.1f %8.1f %7.0f (%5.0f) %9.2f %9.2f %7.2f %7.2f\n",
                 std::string(DTypeName(dtype)).c_str(), load_s, gb / load_s, cpu_s,
                 static_cast<double>(peak - weights) * 1e-6, static_cast<double>(anon) * 1e-6,
