@@ -3,7 +3,8 @@
 //
 // The counter works in binaries that link the `moeserve_heap_counter` object library, which
 // replaces the global operator new / delete with versions that count every allocation, on every
-// thread. Elsewhere HeapAllocations() is not defined (a link error, not a silent zero).
+// thread, and the bytes they hold (to bound what a load holds). Elsewhere these functions are not
+// defined (a link error, not a silent zero).
 #pragma once
 
 #include <cstdint>
@@ -15,5 +16,11 @@ namespace moeserve {
 // TraceHeapAllocations(true) is in effect (resolve with addr2line -f -C -e <binary> <offset>).
 int64_t HeapAllocations();
 void TraceHeapAllocations(bool on);
+
+// Bytes of the allocations through operator new that are live now (malloc_usable_size of each),
+// and the most that were live at once since the last ResetPeakHeapBytes() (or the start).
+int64_t HeapBytes();
+int64_t PeakHeapBytes();
+void ResetPeakHeapBytes();
 
 }  // namespace moeserve

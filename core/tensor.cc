@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -26,7 +27,24 @@ constexpr bool kMapLargeTensors = true;
 
 constexpr size_t kHugePageBytes = size_t{2} << 20;  // x86-64's transparent huge page
 
+std::atomic<size_t> g_storage_bytes{0};
+std::atomic<size_t> g_peak_storage_bytes{0};
+
+void CountStorage(size_t bytes) {
+  const size_t now = g_storage_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  size_t peak = g_peak_storage_bytes.load(std::memory_order_relaxed);
+  while (now > peak &&
+         !g_peak_storage_bytes.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
 }  // namespace
+
+size_t TensorStorageBytes() { return g_storage_bytes.load(std::memory_order_relaxed); }
+size_t PeakTensorStorageBytes() { return g_peak_storage_bytes.load(std::memory_order_relaxed); }
+void ResetPeakTensorStorageBytes() {
+  g_peak_storage_bytes.store(TensorStorageBytes(), std::memory_order_relaxed);
+}
 
 TensorStorage::TensorStorage(size_t bytes) : size_(bytes) {
   if (bytes == 0) return;
@@ -44,16 +62,19 @@ TensorStorage::TensorStorage(size_t bytes) : size_(bytes) {
     const uintptr_t aligned = (base + kHugePageBytes - 1) & ~uintptr_t{kHugePageBytes - 1};
     madvise(reinterpret_cast<void*>(aligned), rounded, MADV_HUGEPAGE);  // a hint: may fail
     data_ = std::unique_ptr<std::byte, Free>(reinterpret_cast<std::byte*>(aligned),
-                                             Free(mapped, aligned - base));
+                                             Free(mapped, aligned - base, rounded));
+    CountStorage(rounded);
     return;
   }
   void* p = std::aligned_alloc(kTensorAlignment, rounded);
   if (p == nullptr) throw std::bad_alloc();
   std::memset(p, 0, rounded);
-  data_.reset(static_cast<std::byte*>(p));
+  data_ = std::unique_ptr<std::byte, Free>(static_cast<std::byte*>(p), Free(0, 0, rounded));
+  CountStorage(rounded);
 }
 
 void TensorStorage::Free::operator()(std::byte* p) const {
+  g_storage_bytes.fetch_sub(counted, std::memory_order_relaxed);
   if (mapped_bytes > 0) {
     munmap(p - offset, mapped_bytes);
   } else {

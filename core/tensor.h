@@ -27,6 +27,13 @@ inline constexpr size_t kTensorAlignment = 64;  // a cache line; what Highway's 
 // K % kQ4Group == 0.
 size_t TensorBytes(DType dtype, std::span<const int64_t> shape);
 
+// Bytes held by all live TensorStorage (each its size rounded up to kTensorAlignment), and the
+// most they held at once since the last ResetPeakTensorStorageBytes() (or the start): weights,
+// caches and scratch, counted on every thread, so a test can bound what a load holds.
+size_t TensorStorageBytes();
+size_t PeakTensorStorageBytes();
+void ResetPeakTensorStorageBytes();
+
 // Owned, 64-byte-aligned, zero-initialized bytes. From kMappedBytes on, pages mapped from the
 // kernel (zero until first written, backed only when touched, huge pages where the kernel gives
 // them); below, the heap.
@@ -50,11 +57,13 @@ class TensorStorage {
  private:
   static constexpr size_t kMappedBytes = size_t{1} << 20;
   struct Free {
-    Free() : mapped_bytes(0), offset(0) {}
-    Free(size_t mapped, size_t offset_in_map) : mapped_bytes(mapped), offset(offset_in_map) {}
+    Free() : mapped_bytes(0), offset(0), counted(0) {}
+    Free(size_t mapped, size_t offset_in_map, size_t counted_bytes)
+        : mapped_bytes(mapped), offset(offset_in_map), counted(counted_bytes) {}
     void operator()(std::byte* p) const;
     size_t mapped_bytes;  // > 0: an mmap of that many bytes, p at `offset` in it; 0: the heap
     size_t offset;
+    size_t counted;  // what TensorStorageBytes() counts for it
   };
   std::unique_ptr<std::byte, Free> data_;
   size_t size_ = 0;

@@ -19,8 +19,8 @@
 #include <unordered_set>
 #include <utility>
 
-#include "core/json.h"
 #include "core/check.h"
+#include "core/json.h"
 
 namespace moeserve::io {
 namespace {
@@ -302,9 +302,8 @@ Status ReadDataOffsets(const json& entry, uint64_t data_size, const BadEntry& ba
     return bad(fmt::format("data_offsets begin {} is after end {}", begin, end));
   }
   if (end - begin != e->nbytes) {
-    return bad(fmt::format("data_offsets [{}, {}) hold {} bytes, but {} [{}] needs {} bytes",
-                           begin, end, end - begin, e->dtype_name, fmt::join(e->shape, ", "),
-                           e->nbytes));
+    return bad(fmt::format("data_offsets [{}, {}) hold {} bytes, but {} [{}] needs {} bytes", begin,
+                           end, end - begin, e->dtype_name, fmt::join(e->shape, ", "), e->nbytes));
   }
   if (end > data_size) {
     return bad(fmt::format("data_offsets end {} is past the end of the data area ({} bytes)", end,
@@ -581,6 +580,12 @@ std::vector<const SafetensorsTensor*> SafetensorsCheckpoint::tensors() const {
     for (const SafetensorsTensor& t : file->tensors()) all.push_back(&t);
   }
   return all;
+}
+
+std::vector<const SafetensorsFile*> SafetensorsCheckpoint::files() const {
+  std::vector<const SafetensorsFile*> files;
+  for (const auto& file : files_) files.push_back(file.get());
+  return files;
 }
 
 uint64_t SafetensorsCheckpoint::total_bytes() const {

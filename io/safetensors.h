@@ -52,6 +52,10 @@ class SafetensorsFile {
   const SafetensorsTensor* Find(std::string_view name) const;  // nullptr if absent
   // String values of "__metadata__" (other values are ignored).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // The whole file as mapped (read-only; the mapping starts on a page boundary).
+  std::span<const std::byte> mapping() const {
+    return {static_cast<const std::byte*>(map_), map_size_};
+  }
 
  private:
   SafetensorsFile() = default;
@@ -73,6 +77,8 @@ class SafetensorsCheckpoint {
   // Every tensor of every shard, shard by shard in header order.
   std::vector<const SafetensorsTensor*> tensors() const;
   size_t num_files() const { return files_.size(); }
+  // The shard files, in shard order.
+  std::vector<const SafetensorsFile*> files() const;
   uint64_t total_bytes() const;  // data bytes of all tensors
 
  private:

@@ -1,14 +1,16 @@
 // ModelGroup over local ranks (threads that follow rank 0's commands) on the golden tiny
 // Qwen3-Next: the group's forward equals one rank's, commands of every kind reach the followers,
-// and a group stops cleanly whenever it is destroyed. Runs under ThreadSanitizer in CI.
+// a group stops cleanly whenever it is destroyed, and ranks loading at once, each over its own
+// threads, load what one thread does. Runs under ThreadSanitizer in CI.
 #include "model/model_group.h"
-#include "model/testing.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+
+#include "model/testing.h"
 
 namespace moeserve::model {
 namespace {
@@ -39,8 +41,8 @@ Outputs RunPrompt(ModelGroup& group, const std::vector<int32_t>& prompt) {
   std::iota(positions.begin(), positions.end(), 0);
   const int32_t* tables[] = {table.data()};
   const int32_t slot = 1;
-  const TokenBatch batch{T, prompt.data(), positions.data(), seq_of.data(), 1, query_start.data(),
-                         tables, &slot};
+  const TokenBatch batch{T, prompt.data(),      positions.data(), seq_of.data(),
+                         1, query_start.data(), tables,           &slot};
   Outputs out;
   group.ForwardBatch(batch, rows.data(), T, LogitsMode::kFull);
   out.logits.assign(group.model().logits(), group.model().logits() + T * V);
@@ -54,8 +56,8 @@ Outputs RunPrompt(ModelGroup& group, const std::vector<int32_t>& prompt) {
                           &out.logits[(T - 1) * V]);
   std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
   next.push_back(out.next);
-  const TokenBatch mtp{T, next.data(), positions.data(), seq_of.data(), 1, query_start.data(),
-                       tables, &slot};
+  const TokenBatch mtp{T, next.data(),        positions.data(), seq_of.data(),
+                       1, query_start.data(), tables,           &slot};
   group.MtpForwardBatch(mtp, hidden.data(), rows.data(), T, LogitsMode::kArgmax);
   out.drafts.assign(group.model().mtp_argmax(), group.model().mtp_argmax() + T);
   return out;
@@ -67,8 +69,29 @@ std::vector<int32_t> Prompt() {
   return p;
 }
 
+TEST(ModelGroupTest, RanksLoadingAtOnceOverThreadsLoadWhatOneThreadDoes) {
+  for (DType dtype : {DType::kQ4, DType::kQ8, DType::kBF16}) {
+    ParallelOptions two;
+    two.tp = 2;
+    Result<std::unique_ptr<ModelGroup>> one_thread =
+        ModelGroup::Load(kTinyDir, {.weight_dtype = dtype, .threads = 1}, two);
+    Result<std::unique_ptr<ModelGroup>> threads =
+        ModelGroup::Load(kTinyDir, {.weight_dtype = dtype, .threads = 3}, two);
+    ASSERT_TRUE(one_thread.ok() && threads.ok());
+    std::vector<std::string> a, b;
+    testing::ForEachMatrix((*one_thread)->model().weights(),
+                           [&](const Tensor& t) { a.push_back(testing::MatrixBytes(t)); });
+    testing::ForEachMatrix((*threads)->model().weights(),
+                           [&](const Tensor& t) { b.push_back(testing::MatrixBytes(t)); });
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_TRUE(a[i] == b[i]) << DTypeName(dtype) << " #" << i;
+  }
+}
+
 TEST(ModelGroupTest, LocalRanksFollowRankZero) {
-  Result<std::unique_ptr<CausalLm>> one_lm = CausalLm::Load(kTinyDir, {.weight_dtype = std::nullopt, .threads = 1});
+  Result<std::unique_ptr<CausalLm>> one_lm =
+      CausalLm::Load(kTinyDir, {.weight_dtype = std::nullopt, .threads = 1});
   ASSERT_TRUE(one_lm.ok());
   ModelGroup one(**one_lm);
   const Outputs want = RunPrompt(one, Prompt());

@@ -89,7 +89,7 @@ TEST(WeightBytesTest, PlanEqualsWhatTheLoaderAllocates) {
            {std::pair{DType::kQ4, DType::kQ4}, std::pair{DType::kQ8, DType::kBF16}}) {
         SCOPED_TRACE(fmt::format("rank {} of {}, {}, lm_head {}", spec.rank, spec.size,
                                  DTypeName(dtype), DTypeName(lm_head)));
-        Result<ModelWeights> weights = LoadWeights(*config, *shard, *checkpoint, dtype, lm_head);
+        Result<ModelWeights> weights = LoadWeights(*config, *shard, *checkpoint, dtype, nullptr, lm_head);
         ASSERT_TRUE(weights.ok()) << weights.status().ToString();
         EXPECT_EQ(PlanWeightBytes(*config, *shard, dtype, base, lm_head)[WeightKind::kLmHead],
                   CountWeightBytes(*weights)[WeightKind::kLmHead]);

@@ -1,10 +1,13 @@
 #include "model/weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/log.h"
+#include "core/thread_pool.h"
 #include "core/timer.h"
+#include "io/safetensors_pages.h"
 #include "kernels/quantize.h"
 #include "model/arch/qwen3_next.h"
 #include "model/checkpoint_layout.h"
@@ -40,35 +43,97 @@ std::vector<int64_t> Rows(std::initializer_list<Range> ranges, int64_t offset = 
   return rows;
 }
 
-// Copies columns `cols` of the source rows `rows` (of `src` viewed as [R, src_cols]) into
-// consecutive rows of the matrix `dst` from dst_row, converting the dtype through f32 when
-// needed.
-void CopyBlock(const SafetensorsTensor& src, int64_t src_cols, const std::vector<int64_t>& rows,
-               Range cols, const Tensor& dst, int64_t dst_row) {
+// One matrix copy of the load, planned as its tensor is walked and run later in blocks of rows
+// over the pool: columns `cols` of the source rows `rows` of `src` (viewed as [R, src_cols])
+// into consecutive rows of the matrix `dst` from dst_row, converted to dst's dtype.
+struct RowCopy {
+  const SafetensorsTensor* src;
+  int64_t src_cols;
+  std::vector<int64_t> rows;
+  Range cols;
+  Tensor dst;
+  int64_t dst_row;
+};
+
+RowCopy PlanCopy(const SafetensorsTensor& src, int64_t src_cols, std::vector<int64_t> rows,
+                 Range cols, const Tensor& dst, int64_t dst_row) {
   CHECK_EQ(dst.dim(1), cols.count);
   CHECK_LE(cols.end(), src_cols);
   CHECK_LE(dst_row + static_cast<int64_t>(rows.size()), dst.dim(0));
-  const size_t src_size = DTypeSize(src.dtype), dst_size = DTypeSize(dst.dtype());
-  const bool packed = IsPackedDType(dst.dtype());
-  std::vector<float> row(src.dtype == dst.dtype() ? 0 : cols.count);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    CHECK_LE(static_cast<size_t>((rows[i] + 1) * src_cols) * src_size, src.bytes.size());
-    const std::byte* from = src.bytes.data() + (rows[i] * src_cols + cols.begin) * src_size;
-    if (packed) {  // whole rows: each is quantized on its own
-      ConvertToF32(src.dtype, from, row.data(), cols.count);
-      kernels::QuantizeRow(row.data(), dst, dst_row + static_cast<int64_t>(i));
+  const size_t row_bytes = static_cast<size_t>(src_cols) * DTypeSize(src.dtype);
+  for (int64_t r : rows) CHECK_LE(static_cast<size_t>(r + 1) * row_bytes, src.bytes.size());
+  return RowCopy{&src, src_cols, std::move(rows), cols, dst, dst_row};
+}
+
+// Rows [begin, end) of copy c, each converted through the f32 row `row` (cols.count floats) when
+// the dtypes differ; a packed row is quantized whole, on its own.
+void CopyRows(const RowCopy& c, size_t begin, size_t end, float* row) {
+  const DType from_dtype = c.src->dtype, to_dtype = c.dst.dtype();
+  const size_t src_size = DTypeSize(from_dtype), dst_size = DTypeSize(to_dtype);
+  const int64_t n = c.cols.count;
+  for (size_t i = begin; i < end; ++i) {
+    const std::byte* from =
+        c.src->bytes.data() + (c.rows[i] * c.src_cols + c.cols.begin) * src_size;
+    const int64_t dst_row = c.dst_row + static_cast<int64_t>(i);
+    if (IsPackedDType(to_dtype)) {
+      ConvertToF32(from_dtype, from, row, n);
+      kernels::QuantizeRow(row, c.dst, dst_row);
       continue;
     }
-    std::byte* to = static_cast<std::byte*>(dst.data()) +
-                    (dst_row + static_cast<int64_t>(i)) * cols.count * dst_size;
-    if (src.dtype == dst.dtype()) {
-      std::memcpy(to, from, cols.count * src_size);
+    std::byte* to = static_cast<std::byte*>(c.dst.data()) + dst_row * n * dst_size;
+    if (from_dtype == to_dtype) {
+      std::memcpy(to, from, n * src_size);
     } else {
-      ConvertToF32(src.dtype, from, row.data(), cols.count);
-      ConvertFromF32(row.data(), dst.dtype(), to, cols.count);
+      ConvertToF32(from_dtype, from, row, n);
+      ConvertFromF32(row, to_dtype, to, n);
     }
   }
 }
+
+// Runs planned copies over the pool's threads (inline without a pool) in blocks of rows of about
+// kBlockBytes of source each, which the threads take in turn; each thread converts through its
+// own f32 row.
+class CopyRunner {
+ public:
+  explicit CopyRunner(ThreadPool* pool)
+      : pool_(pool), rows_(pool != nullptr ? pool->num_threads() : 1) {}
+
+  void Run(const std::vector<RowCopy>& copies) {
+    blocks_.clear();
+    for (size_t c = 0; c < copies.size(); ++c) {
+      const RowCopy& copy = copies[c];
+      const size_t cols = static_cast<size_t>(copy.cols.count);
+      const size_t per_block =
+          std::max<size_t>(1, kBlockBytes / (cols * DTypeSize(copy.src->dtype)));
+      for (size_t r = 0; r < copy.rows.size(); r += per_block) {
+        blocks_.push_back({c, r, std::min(r + per_block, copy.rows.size())});
+      }
+      for (std::vector<float>& row : rows_) {
+        if (row.size() < cols) row.resize(cols);
+      }
+    }
+    auto run = [&](size_t b, size_t thread) {
+      const Block& block = blocks_[b];
+      CopyRows(copies[block.copy], block.begin, block.end, rows_[thread].data());
+    };
+    if (pool_ != nullptr) {
+      pool_->ParallelFor(blocks_.size(), run);
+    } else {
+      for (size_t b = 0; b < blocks_.size(); ++b) run(b, 0);
+    }
+  }
+
+ private:
+  // Small enough that a batch splits evenly over the threads, large enough that taking a block
+  // costs nothing beside it.
+  static constexpr size_t kBlockBytes = size_t{256} << 10;
+  struct Block {
+    size_t copy, begin, end;  // rows [begin, end) of copies[copy]
+  };
+  ThreadPool* const pool_;
+  std::vector<std::vector<float>> rows_;  // per thread
+  std::vector<Block> blocks_;
+};
 
 // The entries of a vector at the given indices.
 std::vector<float> Gather(const std::vector<float>& v, const std::vector<int64_t>& at) {
@@ -221,57 +286,73 @@ RankSlices SliceTensors(const io::ModelConfig& c, const ShardLayout& shard) {
   return s;
 }
 
-// A model that takes more than a second to load reports its progress, about once a second
-// (rank 0 only): the checkpoint's bytes read so far.
+// A load that takes more than a second reports, about once a second and when it ends (rank 0
+// only), the checkpoint's bytes read so far and how fast.
 class LoadProgress {
  public:
-  LoadProgress(const std::vector<ResolvedTensor>& tensors, bool report) : report_(report) {
-    for (const ResolvedTensor& rt : tensors) total_bytes_ += rt.stored->bytes.size();
+  LoadProgress(uint64_t total_bytes, bool report, size_t threads)
+      : report_(report), threads_(threads), total_bytes_(total_bytes) {
     watch_.Reset();
   }
 
-  // Before tensor t is copied: reports if a report is due, then counts t as read.
-  void Next(const SafetensorsTensor& t) {
-    if (report_ && watch_.ElapsedSeconds() >= next_report_s_) {
-      LogInfo("loading weights: {:.0f} % ({:.2f} of {:.2f} GB, {:.0f} s)",
-              100.0 * static_cast<double>(done_bytes_) / static_cast<double>(total_bytes_),
-              static_cast<double>(done_bytes_) * 1e-9, static_cast<double>(total_bytes_) * 1e-9,
-              watch_.ElapsedSeconds());
-      next_report_s_ = watch_.ElapsedSeconds() + 1.0;
-    }
-    done_bytes_ += t.bytes.size();
+  // After a batch of `bytes` of the checkpoint was read.
+  void Add(uint64_t bytes) {
+    done_bytes_ += bytes;
+    const double s = watch_.ElapsedSeconds();
+    if (!report_ || s < next_report_s_ || done_bytes_ == total_bytes_) return;
+    LogInfo("loading weights: {:.0f} % ({:.2f} of {:.2f} GB, {:.0f} s, {:.2f} GB/s)",
+            100.0 * static_cast<double>(done_bytes_) / static_cast<double>(total_bytes_),
+            static_cast<double>(done_bytes_) * 1e-9, static_cast<double>(total_bytes_) * 1e-9, s,
+            static_cast<double>(done_bytes_) * 1e-9 / s);
+    next_report_s_ = s + kReportEverySeconds;
+  }
+
+  void Finish() const {
+    const double s = watch_.ElapsedSeconds();
+    if (!report_ || s < kReportEverySeconds) return;
+    LogInfo("loaded weights: {:.2f} GB of checkpoint in {:.1f} s ({:.2f} GB/s, {} threads)",
+            static_cast<double>(total_bytes_) * 1e-9, s,
+            static_cast<double>(total_bytes_) * 1e-9 / s, threads_);
   }
 
  private:
+  static constexpr double kReportEverySeconds = 1.0;
   const bool report_;
-  size_t total_bytes_ = 0, done_bytes_ = 0;
+  const size_t threads_;
+  const uint64_t total_bytes_;
+  uint64_t done_bytes_ = 0;
   Stopwatch watch_;
-  double next_report_s_ = 1.0;
+  double next_report_s_ = kReportEverySeconds;
 };
 
-// One checkpoint tensor and the copies the weights take of it (in the load's matrix format).
+// One checkpoint tensor and the copies the weights take of it (in the load's matrix format):
+// vectors are made at once, matrices allocated at once and their copies added to `plan`.
 class TensorSource {
  public:
-  TensorSource(const ResolvedTensor& rt, const MatrixFormat& format)
-      : spec_(rt.spec), src_(*rt.stored), format_(format), cols_(rt.spec.shape.back()) {}
+  TensorSource(const ResolvedTensor& rt, const MatrixFormat& format, std::vector<RowCopy>& plan)
+      : spec_(rt.spec),
+        src_(*rt.stored),
+        format_(format),
+        cols_(rt.spec.shape.back()),
+        plan_(plan) {}
 
   const CheckpointTensor& spec() const { return spec_; }
 
   // Rows `rows` (all columns, or `col_range`) as a new matrix.
-  OwnedTensor Matrix(const std::vector<int64_t>& rows, Range col_range) const {
+  OwnedTensor Matrix(std::vector<int64_t> rows, Range col_range) const {
     OwnedTensor m =
         NewMatrix(format_, spec_.role, static_cast<int64_t>(rows.size()), col_range.count);
-    CopyBlock(src_, cols_, rows, col_range, m.view(), 0);
+    plan_.push_back(PlanCopy(src_, cols_, std::move(rows), col_range, m.view(), 0));
     return m;
   }
   OwnedTensor Whole() const { return Matrix(Rows({{0, spec_.shape[0]}}), Range{0, cols_}); }
   // Source rows `rows` (all columns) into dst from dst_row.
-  void IntoRows(const OwnedTensor& dst, const std::vector<int64_t>& rows, int64_t dst_row) const {
-    CopyBlock(src_, cols_, rows, Range{0, cols_}, dst.view(), dst_row);
+  void IntoRows(const OwnedTensor& dst, std::vector<int64_t> rows, int64_t dst_row) const {
+    plan_.push_back(PlanCopy(src_, cols_, std::move(rows), Range{0, cols_}, dst.view(), dst_row));
   }
   // Columns `col_range` of the source rows `rows` as the whole of dst.
-  void IntoMatrix(const OwnedTensor& dst, const std::vector<int64_t>& rows, Range col_range) const {
-    CopyBlock(src_, cols_, rows, col_range, dst.view(), 0);
+  void IntoMatrix(const OwnedTensor& dst, std::vector<int64_t> rows, Range col_range) const {
+    plan_.push_back(PlanCopy(src_, cols_, std::move(rows), col_range, dst.view(), 0));
   }
   // The entries `at` into dst from offset.
   void Bias(const std::vector<int64_t>& at, std::vector<float>& dst, int64_t offset) const {
@@ -286,6 +367,7 @@ class TensorSource {
   const SafetensorsTensor& src_;
   const MatrixFormat& format_;
   const int64_t cols_;
+  std::vector<RowCopy>& plan_;
 };
 
 // The conv weight [conv_dim, 1, Kc] -> [Kc][local conv_dim] over this rank's channels, so the
@@ -463,6 +545,46 @@ void PlaceTensor(const TensorSource& t, const io::ModelConfig& c, const ShardLay
   }
 }
 
+// The walk over the checkpoint's tensors in order: place(rt, plan) makes t's vectors and plans
+// its matrix copies; the copies run over the pool in batches of about kBatchBytes of checkpoint,
+// after which the batch's pages are let go. The kernel is asked to read kReadAheadBytes ahead.
+template <typename Place>
+void StreamTensors(const std::vector<ResolvedTensor>& tensors,
+                   const io::SafetensorsCheckpoint& checkpoint, ThreadPool* pool, bool report,
+                   const Place& place) {
+  constexpr uint64_t kBatchBytes = uint64_t{32} << 20;
+  constexpr uint64_t kReadAheadBytes = uint64_t{256} << 20;
+  std::vector<const SafetensorsTensor*> reads;
+  uint64_t total_bytes = 0;
+  for (const ResolvedTensor& rt : tensors) {
+    reads.push_back(rt.stored);
+    total_bytes += rt.stored->bytes.size();
+  }
+  io::SafetensorsPageAdvisor pages(checkpoint, reads);
+  LoadProgress progress(total_bytes, report, pool != nullptr ? pool->num_threads() : 1);
+  CopyRunner runner(pool);
+  std::vector<RowCopy> plan;
+  size_t batch_begin = 0, ahead = 0;  // the batch's first tensor; the first not asked for yet
+  uint64_t batch_bytes = 0, ahead_bytes = 0;  // bytes from batch_begin to i, and to ahead
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    while (ahead < tensors.size() && (ahead <= i || ahead_bytes < kReadAheadBytes)) {
+      pages.WillNeed(*reads[ahead]);
+      ahead_bytes += reads[ahead++]->bytes.size();
+    }
+    place(tensors[i], plan);
+    batch_bytes += reads[i]->bytes.size();
+    if (batch_bytes < kBatchBytes && i + 1 < tensors.size()) continue;
+    runner.Run(plan);
+    plan.clear();
+    for (size_t j = batch_begin; j <= i; ++j) pages.Done(*reads[j]);
+    progress.Add(batch_bytes);
+    ahead_bytes -= batch_bytes;
+    batch_begin = i + 1;
+    batch_bytes = 0;
+  }
+  progress.Finish();
+}
+
 }  // namespace
 
 DType MatrixDType(DType requested, DType base, TensorRole role, int64_t cols,
@@ -498,7 +620,7 @@ double BytesPerWeight(DType dtype, int64_t cols) {
 
 Result<ModelWeights> LoadWeights(const io::ModelConfig& c, const ShardLayout& shard,
                                  const io::SafetensorsCheckpoint& checkpoint,
-                                 std::optional<DType> matrix_dtype,
+                                 std::optional<DType> matrix_dtype, ThreadPool* pool,
                                  std::optional<DType> lm_head_dtype) {
   ASSIGN_OR_RETURN(std::vector<ResolvedTensor> tensors, ResolveCheckpoint(c, checkpoint));
   RETURN_IF_ERROR(CheckFloatDTypes(tensors));
@@ -516,11 +638,10 @@ Result<ModelWeights> LoadWeights(const io::ModelConfig& c, const ShardLayout& sh
   w.base_dtype = format.base;
   AllocateLayers(c, shard, format, w);
   const RankSlices slices = SliceTensors(c, shard);
-  LoadProgress progress(tensors, /*report=*/shard.spec.rank == 0);
-  for (const ResolvedTensor& rt : tensors) {
-    progress.Next(*rt.stored);
-    PlaceTensor(TensorSource(rt, format), c, shard, slices, w);
-  }
+  StreamTensors(tensors, checkpoint, pool, shard.spec.rank == 0,
+                [&](const ResolvedTensor& rt, std::vector<RowCopy>& plan) {
+                  PlaceTensor(TensorSource(rt, format, plan), c, shard, slices, w);
+                });
   return w;
 }
 

@@ -16,6 +16,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
 #include "model/checkpoint_layout.h"
@@ -107,9 +108,15 @@ double BytesPerWeight(DType dtype, int64_t cols);
 // format (MatrixDType); nullopt picks f32 when the checkpoint stores its matrices in f32 or f16,
 // else bf16. lm_head_dtype: as MatrixDType's lm_head. Errors name the missing, misshapen or
 // unusable tensor.
+//
+// It streams: every matrix is allocated once at its stored size and filled row block by row block
+// straight from the mapped checkpoint over `pool`'s threads (inline without one), a row at a time
+// through an f32 row per thread; the mappings of the checkpoint's pages are let go as their
+// tensors are done (io/safetensors_pages.h). So what it holds beside the weights is a few rows
+// per thread, and the bytes are the same whatever the threads.
 Result<ModelWeights> LoadWeights(const io::ModelConfig& config, const ShardLayout& shard,
                                  const io::SafetensorsCheckpoint& checkpoint,
-                                 std::optional<DType> matrix_dtype,
+                                 std::optional<DType> matrix_dtype, ThreadPool* pool = nullptr,
                                  std::optional<DType> lm_head_dtype = std::nullopt);
 
 }  // namespace moeserve::model
