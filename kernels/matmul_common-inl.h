@@ -155,15 +155,17 @@ inline float RowAbsMax(const float* HWY_RESTRICT x, size_t K, bool* finite) {
   return amax;
 }
 
-// The scale of a row quantized to `levels` (kernels/quantize.h): 0 for a row below
-// kMinQ8A8Scale, NaN for one holding Inf or NaN (both quantize to p = 0), else amax / levels
-// (*inv = levels / amax).
-inline float ActivationScale(float amax, bool finite, float levels, float* inv) {
-  *inv = 0.0f;
-  if (!finite) return std::numeric_limits<float>::quiet_NaN();
-  if (amax < kMinQ8A8Scale) return 0.0f;
-  *inv = levels / amax;
-  return amax / levels;
+// The scale of row x[0, K) quantized to `levels` (kernels/quantize.h) into *scale: 0 for a row
+// below kMinQ8A8Scale, NaN for one holding Inf or NaN, else max|x| / levels. Returns
+// levels / max|x|, or 0 when the row quantizes to p = 0 (the first two cases).
+inline float ActivationScale(const float* HWY_RESTRICT x, size_t K, float levels,
+                             float* HWY_RESTRICT scale) {
+  bool finite = true;
+  const float amax = RowAbsMax(x, K, &finite);
+  *scale = !finite                ? std::numeric_limits<float>::quiet_NaN()
+           : amax < kMinQ8A8Scale ? 0.0f
+                                  : amax / levels;
+  return finite && amax >= kMinQ8A8Scale ? levels / amax : 0.0f;
 }
 
 // Row x[0, K) quantized into p[0, K); its scale into *scale; returns sum_k p[k]. Bit-identical
@@ -175,10 +177,7 @@ inline int32_t QuantizeActivationRow(const float* HWY_RESTRICT x, size_t K, int8
   const hn::RebindToSigned<DF> di;
   const hn::Rebind<int8_t, DF> d8;
   const size_t L = hn::Lanes(df);
-  bool finite = true;
-  float inv = 0.0f;
-  const float amax = RowAbsMax(x, K, &finite);
-  *scale = ActivationScale(amax, finite, 127.0f, &inv);
+  const float inv = ActivationScale(x, K, 127.0f, scale);
   if (inv == 0.0f) {
     std::fill(p, p + K, int8_t{0});
     return 0;

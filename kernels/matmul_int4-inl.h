@@ -437,10 +437,7 @@ inline void QuantizeActivationRowQ4(const float* HWY_RESTRICT x, size_t K,
   const hn::RebindToSigned<DF> di;
   const hn::Rebind<int8_t, DF> d8;
   const size_t L = hn::Lanes(df);
-  bool finite = true;
-  float inv = 0.0f;
-  const float amax = RowAbsMax(x, K, &finite);
-  *scale = ActivationScale(amax, finite, static_cast<float>(kQ4Levels), &inv);
+  const float inv = ActivationScale(x, K, static_cast<float>(kQ4Levels), scale);
   if (inv == 0.0f) {
     std::fill(high, high + K, int8_t{0});
     std::fill(low, low + K, int8_t{0});
