@@ -1,13 +1,14 @@
 #include "core/tensor.h"
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <sys/mman.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace moeserve {
 namespace {
@@ -151,9 +152,7 @@ size_t PackedRowBytes(DType dtype, int64_t N, int64_t K) {
   return static_cast<size_t>(IsInt8RowsDType(dtype) ? N * K : N * K / 2);
 }
 
-size_t AlignUp(size_t n) {
-  return (n + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
-}
+size_t AlignUp(size_t n) { return (n + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment; }
 
 }  // namespace
 
