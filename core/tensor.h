@@ -61,9 +61,9 @@ class TensorStorage {
     Free(size_t mapped, size_t offset_in_map, size_t counted_bytes)
         : mapped_bytes(mapped), offset(offset_in_map), counted(counted_bytes) {}
     void operator()(std::byte* p) const;
-    size_t mapped_bytes;  // > 0: an mmap of that many bytes, p at `offset` in it; 0: the heap
-    size_t offset;
-    size_t counted;  // what TensorStorageBytes() counts for it
+    size_t mapped_bytes;  // > 0: an mmap of that many bytes; 0: the heap
+    size_t offset;        // of p in the mapping or the heap block
+    size_t counted;       // what TensorStorageBytes() counts for it
   };
   std::unique_ptr<std::byte, Free> data_;
   size_t size_ = 0;

@@ -19,8 +19,8 @@
 #include <unordered_set>
 #include <utility>
 
-#include "core/check.h"
 #include "core/json.h"
+#include "core/check.h"
 
 namespace moeserve::io {
 namespace {
@@ -302,8 +302,9 @@ Status ReadDataOffsets(const json& entry, uint64_t data_size, const BadEntry& ba
     return bad(fmt::format("data_offsets begin {} is after end {}", begin, end));
   }
   if (end - begin != e->nbytes) {
-    return bad(fmt::format("data_offsets [{}, {}) hold {} bytes, but {} [{}] needs {} bytes", begin,
-                           end, end - begin, e->dtype_name, fmt::join(e->shape, ", "), e->nbytes));
+    return bad(fmt::format("data_offsets [{}, {}) hold {} bytes, but {} [{}] needs {} bytes",
+                           begin, end, end - begin, e->dtype_name, fmt::join(e->shape, ", "),
+                           e->nbytes));
   }
   if (end > data_size) {
     return bad(fmt::format("data_offsets end {} is past the end of the data area ({} bytes)", end,

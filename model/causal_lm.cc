@@ -1,10 +1,10 @@
 #include "model/causal_lm.h"
 
-#include <fmt/format.h>
-
 #include <cmath>
 #include <cstring>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include "core/trace.h"
 #include "kernels/gated_delta_rule.h"
@@ -37,15 +37,12 @@ Result<std::unique_ptr<CausalLm>> CausalLm::Load(const std::string& dir,
                                     threads, options.comm, options.forward);
 }
 
-CausalLm::CausalLm(io::ModelConfig config, ShardLayout shard, ModelWeights weights, size_t threads,
-                   parallel::Communicator* comm, ForwardOptions forward)
-    : config_(std::move(config)),
-      shard_(std::move(shard)),
-      weights_(std::move(weights)),
+CausalLm::CausalLm(io::ModelConfig config, ShardLayout shard, ModelWeights weights,
+                   size_t threads, parallel::Communicator* comm, ForwardOptions forward)
+    : config_(std::move(config)), shard_(std::move(shard)), weights_(std::move(weights)),
       pool_(threads, fmt::format("rank {}", comm != nullptr ? comm->rank() : 0),
             comm != nullptr ? comm->rank() : 0),
-      comm_(comm != nullptr ? comm : &single_rank_),
-      forward_(forward) {
+      comm_(comm != nullptr ? comm : &single_rank_), forward_(forward) {
   CHECK_EQ(comm_->size(), shard_.spec.size) << "communicator and shard disagree on the ranks";
   CHECK_EQ(comm_->rank(), shard_.spec.rank);
 }
@@ -72,10 +69,10 @@ void CausalLm::EmbedRows(const int32_t* tokens, int64_t T, float* out) {
       std::memset(out + t * H, 0, H * sizeof(float));
       continue;
     }
-    ConvertToF32(
-        table.dtype(),
-        static_cast<const std::byte*>(table.data()) + (tokens[t] - shard_.vocab.begin) * row_bytes,
-        out + t * H, H);
+    ConvertToF32(table.dtype(),
+                 static_cast<const std::byte*>(table.data()) +
+                     (tokens[t] - shard_.vocab.begin) * row_bytes,
+                 out + t * H, H);
   }
   if (comm_->size() > 1) comm_->AllReduceSum(out, T * H);
 }
@@ -119,14 +116,11 @@ struct OneSequence {
 
   OneSequence(const int32_t* tokens, int64_t T, int64_t first_pos, const int32_t* table,
               int32_t state_slot)
-      : positions(T),
-        seq_of(T, 0),
-        query_start{0, static_cast<int32_t>(T)},
-        block_table(table),
+      : positions(T), seq_of(T, 0), query_start{0, static_cast<int32_t>(T)}, block_table(table),
         slot(state_slot) {
     for (int64_t t = 0; t < T; ++t) positions[t] = first_pos + t;
-    batch =
-        TokenBatch{T, tokens, positions.data(), seq_of.data(), 1, query_start, &block_table, &slot};
+    batch = TokenBatch{T, tokens, positions.data(), seq_of.data(), 1, query_start, &block_table,
+                       &slot};
   }
 };
 

@@ -22,7 +22,7 @@ namespace moeserve::model {
 struct LoadOptions {
   std::optional<DType> weight_dtype;   // bf16 | f32; default: as the checkpoint (see weights.h)
   std::optional<DType> lm_head_dtype;  // default: as MatrixDType decides for weight_dtype
-  size_t threads = 0;                  // 0: all cores (per rank)
+  size_t threads = 0;                  // the load's and the forward's; 0: all cores (per rank)
   ShardSpec shard = {};                // this rank of a --tp / --ep group
   // The group's communicator for this rank (must outlive the model); null for a single rank.
   parallel::Communicator* comm = nullptr;

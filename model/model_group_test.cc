@@ -3,14 +3,13 @@
 // a group stops cleanly whenever it is destroyed, and ranks loading at once, each over its own
 // threads, load what one thread does. Runs under ThreadSanitizer in CI.
 #include "model/model_group.h"
+#include "model/testing.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-
-#include "model/testing.h"
 
 namespace moeserve::model {
 namespace {
@@ -41,8 +40,8 @@ Outputs RunPrompt(ModelGroup& group, const std::vector<int32_t>& prompt) {
   std::iota(positions.begin(), positions.end(), 0);
   const int32_t* tables[] = {table.data()};
   const int32_t slot = 1;
-  const TokenBatch batch{T, prompt.data(),      positions.data(), seq_of.data(),
-                         1, query_start.data(), tables,           &slot};
+  const TokenBatch batch{T, prompt.data(), positions.data(), seq_of.data(), 1, query_start.data(),
+                         tables, &slot};
   Outputs out;
   group.ForwardBatch(batch, rows.data(), T, LogitsMode::kFull);
   out.logits.assign(group.model().logits(), group.model().logits() + T * V);
@@ -56,8 +55,8 @@ Outputs RunPrompt(ModelGroup& group, const std::vector<int32_t>& prompt) {
                           &out.logits[(T - 1) * V]);
   std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
   next.push_back(out.next);
-  const TokenBatch mtp{T, next.data(),        positions.data(), seq_of.data(),
-                       1, query_start.data(), tables,           &slot};
+  const TokenBatch mtp{T, next.data(), positions.data(), seq_of.data(), 1, query_start.data(),
+                       tables, &slot};
   group.MtpForwardBatch(mtp, hidden.data(), rows.data(), T, LogitsMode::kArgmax);
   out.drafts.assign(group.model().mtp_argmax(), group.model().mtp_argmax() + T);
   return out;
@@ -90,8 +89,7 @@ TEST(ModelGroupTest, RanksLoadingAtOnceOverThreadsLoadWhatOneThreadDoes) {
 }
 
 TEST(ModelGroupTest, LocalRanksFollowRankZero) {
-  Result<std::unique_ptr<CausalLm>> one_lm =
-      CausalLm::Load(kTinyDir, {.weight_dtype = std::nullopt, .threads = 1});
+  Result<std::unique_ptr<CausalLm>> one_lm = CausalLm::Load(kTinyDir, {.weight_dtype = std::nullopt, .threads = 1});
   ASSERT_TRUE(one_lm.ok());
   ModelGroup one(**one_lm);
   const Outputs want = RunPrompt(one, Prompt());

@@ -173,7 +173,8 @@ void AllocateLayer(const ShardLayout& shard, const MatrixFormat& f, io::LayerTyp
   } else {
     layer->gdn.in_proj_qkvz = NewMatrix(f, TensorRole::kGdnInProjQkvz,
                                         2 * c.linear_key_dim() + 2 * c.linear_value_dim(), H);
-    layer->gdn.in_proj_ba = NewMatrix(f, TensorRole::kGdnInProjBa, 2 * c.linear_num_value_heads, H);
+    layer->gdn.in_proj_ba =
+        NewMatrix(f, TensorRole::kGdnInProjBa, 2 * c.linear_num_value_heads, H);
   }
   if (moe) {
     layer->experts.experts.resize(c.num_experts);
@@ -268,8 +269,8 @@ RankSlices SliceTensors(const io::ModelConfig& c, const ShardLayout& shard) {
   s.nv_local = local.linear_num_value_heads;
   const Range gdn_k{shard.gdn_key_heads.begin * dk, shard.gdn_key_heads.count * dk};
   s.gdn_v = {shard.gdn_value_heads.begin * dv, shard.gdn_value_heads.count * dv};
-  s.qkv_local = Rows(
-      {gdn_k, {key_dim + gdn_k.begin, gdn_k.count}, {2 * key_dim + s.gdn_v.begin, s.gdn_v.count}});
+  s.qkv_local = Rows({gdn_k, {key_dim + gdn_k.begin, gdn_k.count},
+                      {2 * key_dim + s.gdn_v.begin, s.gdn_v.count}});
   std::vector<int64_t> qkvz_local = s.qkv_local;
   for (int64_t i : Rows({s.gdn_v}, 2 * key_dim + value_dim)) qkvz_local.push_back(i);
   const std::vector<int64_t> ba_local =
@@ -396,62 +397,32 @@ void PlaceTensor(const TensorSource& t, const io::ModelConfig& c, const ShardLay
     return Rows({slice, {width + slice.begin, slice.count}}, offset);
   };
   switch (spec.role) {
-    case TensorRole::kEmbedding:
-      w.embedding = t.Matrix(Rows({shard.vocab}), {0, H});
-      break;
-    case TensorRole::kFinalNorm:
-      w.final_norm = t.Norm();
-      break;
-    case TensorRole::kLmHead:
-      w.lm_head = t.Matrix(Rows({shard.vocab}), {0, H});
-      break;
-    case TensorRole::kInputNorm:
-      layer->input_norm = t.Norm();
-      break;
-    case TensorRole::kPostAttentionNorm:
-      layer->post_attention_norm = t.Norm();
-      break;
+    case TensorRole::kEmbedding: w.embedding = t.Matrix(Rows({shard.vocab}), {0, H}); break;
+    case TensorRole::kFinalNorm: w.final_norm = t.Norm(); break;
+    case TensorRole::kLmHead: w.lm_head = t.Matrix(Rows({shard.vocab}), {0, H}); break;
+    case TensorRole::kInputNorm: layer->input_norm = t.Norm(); break;
+    case TensorRole::kPostAttentionNorm: layer->post_attention_norm = t.Norm(); break;
 
-    case TensorRole::kQProj:
-      t.IntoRows(layer->attention.qkv, s.q_src, 0);
-      break;
-    case TensorRole::kKProj:
-      t.IntoRows(layer->attention.qkv, s.kv_src, s.q_rows);
-      break;
+    case TensorRole::kQProj: t.IntoRows(layer->attention.qkv, s.q_src, 0); break;
+    case TensorRole::kKProj: t.IntoRows(layer->attention.qkv, s.kv_src, s.q_rows); break;
     case TensorRole::kVProj:
       t.IntoRows(layer->attention.qkv, s.kv_src, s.q_rows + s.kv_rows);
       break;
-    case TensorRole::kOProj:
-      layer->attention.o_proj = t.Matrix(Rows({{0, H}}), s.o_cols);
-      break;
-    case TensorRole::kQBias:
-      t.Bias(s.q_src, layer->attention.qkv_bias, 0);
-      break;
-    case TensorRole::kKBias:
-      t.Bias(s.kv_src, layer->attention.qkv_bias, s.q_rows);
-      break;
+    case TensorRole::kOProj: layer->attention.o_proj = t.Matrix(Rows({{0, H}}), s.o_cols); break;
+    case TensorRole::kQBias: t.Bias(s.q_src, layer->attention.qkv_bias, 0); break;
+    case TensorRole::kKBias: t.Bias(s.kv_src, layer->attention.qkv_bias, s.q_rows); break;
     case TensorRole::kVBias:
       t.Bias(s.kv_src, layer->attention.qkv_bias, s.q_rows + s.kv_rows);
       break;
     case TensorRole::kOBias:  // added once: by rank 0, before the all-reduce
       if (rank0) layer->attention.o_bias = t.F32();
       break;
-    case TensorRole::kQNorm:
-      layer->attention.q_norm = t.Norm();
-      break;
-    case TensorRole::kKNorm:
-      layer->attention.k_norm = t.Norm();
-      break;
+    case TensorRole::kQNorm: layer->attention.q_norm = t.Norm(); break;
+    case TensorRole::kKNorm: layer->attention.k_norm = t.Norm(); break;
 
-    case TensorRole::kGdnInProjQkvz:
-      t.IntoRows(layer->gdn.in_proj_qkvz, s.qkvz_src, 0);
-      break;
-    case TensorRole::kGdnInProjBa:
-      t.IntoRows(layer->gdn.in_proj_ba, s.ba_src, 0);
-      break;
-    case TensorRole::kGdnInProjQkv:
-      t.IntoRows(layer->gdn.in_proj_qkvz, s.qkv_local, 0);
-      break;
+    case TensorRole::kGdnInProjQkvz: t.IntoRows(layer->gdn.in_proj_qkvz, s.qkvz_src, 0); break;
+    case TensorRole::kGdnInProjBa: t.IntoRows(layer->gdn.in_proj_ba, s.ba_src, 0); break;
+    case TensorRole::kGdnInProjQkv: t.IntoRows(layer->gdn.in_proj_qkvz, s.qkv_local, 0); break;
     case TensorRole::kGdnInProjZ:
       t.IntoRows(layer->gdn.in_proj_qkvz, Rows({s.gdn_v}),
                  static_cast<int64_t>(s.qkv_local.size()));
@@ -462,9 +433,7 @@ void PlaceTensor(const TensorSource& t, const io::ModelConfig& c, const ShardLay
     case TensorRole::kGdnInProjA:
       t.IntoRows(layer->gdn.in_proj_ba, Rows({shard.gdn_value_heads}), s.nv_local);
       break;
-    case TensorRole::kGdnConv:
-      layer->gdn.conv = TransposedConv(t, s.qkv_local);
-      break;
+    case TensorRole::kGdnConv: layer->gdn.conv = TransposedConv(t, s.qkv_local); break;
     case TensorRole::kGdnDtBias:
       layer->gdn.dt_bias = Gather(t.F32(), Rows({shard.gdn_value_heads}));
       break;
@@ -472,16 +441,10 @@ void PlaceTensor(const TensorSource& t, const io::ModelConfig& c, const ShardLay
       layer->gdn.neg_exp_a = Gather(t.F32(), Rows({shard.gdn_value_heads}));
       for (float& a : layer->gdn.neg_exp_a) a = -std::exp(a);
       break;
-    case TensorRole::kGdnNorm:
-      layer->gdn.norm = t.Norm();
-      break;
-    case TensorRole::kGdnOutProj:
-      layer->gdn.out_proj = t.Matrix(Rows({{0, H}}), s.gdn_v);
-      break;
+    case TensorRole::kGdnNorm: layer->gdn.norm = t.Norm(); break;
+    case TensorRole::kGdnOutProj: layer->gdn.out_proj = t.Matrix(Rows({{0, H}}), s.gdn_v); break;
 
-    case TensorRole::kRouter:
-      layer->experts.router = t.Whole();
-      break;
+    case TensorRole::kRouter: layer->experts.router = t.Whole(); break;
     case TensorRole::kExpertGate:
       if (shard.holds_expert(spec.expert)) {
         t.IntoRows(layer->experts.experts[spec.expert].gate_up, Rows({shard.moe}), 0);
@@ -489,7 +452,8 @@ void PlaceTensor(const TensorSource& t, const io::ModelConfig& c, const ShardLay
       break;
     case TensorRole::kExpertUp:
       if (shard.holds_expert(spec.expert)) {
-        t.IntoRows(layer->experts.experts[spec.expert].gate_up, Rows({shard.moe}), shard.moe.count);
+        t.IntoRows(layer->experts.experts[spec.expert].gate_up, Rows({shard.moe}),
+                   shard.moe.count);
       }
       break;
     case TensorRole::kExpertDown:
@@ -516,32 +480,18 @@ void PlaceTensor(const TensorSource& t, const io::ModelConfig& c, const ShardLay
     case TensorRole::kSharedExpertDown:
       layer->experts.shared.down = t.Matrix(Rows({{0, H}}), shard.shared);
       break;
-    case TensorRole::kSharedExpertGateScalar:
-      layer->experts.shared_gate = t.F32();
-      break;
+    case TensorRole::kSharedExpertGateScalar: layer->experts.shared_gate = t.F32(); break;
 
-    case TensorRole::kMlpGate:
-      t.IntoRows(layer->mlp.gate_up, Rows({shard.mlp}), 0);
-      break;
+    case TensorRole::kMlpGate: t.IntoRows(layer->mlp.gate_up, Rows({shard.mlp}), 0); break;
     case TensorRole::kMlpUp:
       t.IntoRows(layer->mlp.gate_up, Rows({shard.mlp}), shard.mlp.count);
       break;
-    case TensorRole::kMlpDown:
-      layer->mlp.down = t.Matrix(Rows({{0, H}}), shard.mlp);
-      break;
+    case TensorRole::kMlpDown: layer->mlp.down = t.Matrix(Rows({{0, H}}), shard.mlp); break;
 
-    case TensorRole::kMtpFc:
-      w.mtp.fc = t.Whole();
-      break;
-    case TensorRole::kMtpPreFcNormEmbedding:
-      w.mtp.pre_fc_norm_embedding = t.Norm();
-      break;
-    case TensorRole::kMtpPreFcNormHidden:
-      w.mtp.pre_fc_norm_hidden = t.Norm();
-      break;
-    case TensorRole::kMtpNorm:
-      w.mtp.norm = t.Norm();
-      break;
+    case TensorRole::kMtpFc: w.mtp.fc = t.Whole(); break;
+    case TensorRole::kMtpPreFcNormEmbedding: w.mtp.pre_fc_norm_embedding = t.Norm(); break;
+    case TensorRole::kMtpPreFcNormHidden: w.mtp.pre_fc_norm_hidden = t.Norm(); break;
+    case TensorRole::kMtpNorm: w.mtp.norm = t.Norm(); break;
   }
 }
 
@@ -608,8 +558,7 @@ DType MatrixDType(DType requested, DType base, TensorRole role, int64_t cols,
 double BytesPerWeight(DType dtype, int64_t cols) {
   switch (dtype) {
     case DType::kQ8:
-    case DType::kQ8A8:
-      return 1.0 + static_cast<double>(sizeof(float)) / static_cast<double>(cols);
+    case DType::kQ8A8: return 1.0 + static_cast<double>(sizeof(float)) / static_cast<double>(cols);
     case DType::kQ4:
     case DType::kQ4A8:
       return 0.5 + static_cast<double>(sizeof(uint16_t)) / kQ4Group;

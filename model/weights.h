@@ -36,13 +36,13 @@ struct AttentionWeights {
 };
 
 struct GdnWeights {
-  OwnedTensor in_proj_qkvz;      // [2 key_dim + 2 value_dim, H], rows [q | k | v | z]
-  OwnedTensor in_proj_ba;        // [2 nv, H], rows [b | a]
-  std::vector<float> conv;       // [Kc][conv_dim]: conv[j][c] = conv1d.weight[c, 0, j]
-  std::vector<float> dt_bias;    // [nv]
+  OwnedTensor in_proj_qkvz;  // [2 key_dim + 2 value_dim, H], rows [q | k | v | z]
+  OwnedTensor in_proj_ba;    // [2 nv, H], rows [b | a]
+  std::vector<float> conv;   // [Kc][conv_dim]: conv[j][c] = conv1d.weight[c, 0, j]
+  std::vector<float> dt_bias;   // [nv]
   std::vector<float> neg_exp_a;  // [nv], -exp(A_log)
-  std::vector<float> norm;       // [dv], plain weight of the gated RMSNorm
-  OwnedTensor out_proj;          // [H, value_dim]
+  std::vector<float> norm;      // [dv], plain weight of the gated RMSNorm
+  OwnedTensor out_proj;         // [H, value_dim]
 };
 
 // One SwiGLU block: down(silu(gate x) * up x).
@@ -53,10 +53,10 @@ struct SwiGluWeights {
 };
 
 struct MoeWeights {
-  OwnedTensor router;                  // [E, H]
+  OwnedTensor router;                 // [E, H]
   std::vector<SwiGluWeights> experts;  // E; under --ep the ones another rank holds are empty
-  SwiGluWeights shared;                // empty without a shared expert
-  std::vector<float> shared_gate;      // [H]: sigmoid(x . shared_gate) scales the shared expert
+  SwiGluWeights shared;               // empty without a shared expert
+  std::vector<float> shared_gate;     // [H]: sigmoid(x . shared_gate) scales the shared expert
 };
 
 struct DecoderLayerWeights {
@@ -79,7 +79,7 @@ struct MtpWeights {
 struct ModelWeights {
   DType matrix_dtype = DType::kBF16;  // --weight-dtype: bf16, f32, or packed int8 / int4
   DType base_dtype = DType::kBF16;    // bf16 or f32: matrices a packed format does not hold
-  OwnedTensor embedding;              // [V, H] (vocab-parallel ranks: their rows, shard.h)
+  OwnedTensor embedding;  // [V, H] (vocab-parallel ranks: their rows, shard.h)
   std::vector<DecoderLayerWeights> layers;
   std::vector<float> final_norm;  // [H]
   OwnedTensor lm_head;            // [V, H]; empty when tied to the embedding
