@@ -20,13 +20,13 @@
 namespace moeserve::model {
 
 struct LoadOptions {
-  std::optional<DType> weight_dtype;   // bf16 | f32; default: as the checkpoint (see weights.h)
-  std::optional<DType> lm_head_dtype;  // default: as MatrixDType decides for weight_dtype
-  size_t threads = 0;                  // the load's and the forward's; 0: all cores (per rank)
-  ShardSpec shard = {};                // this rank of a --tp / --ep group
+  std::optional<DType> weight_dtype;  // bf16 | f32; default: as the checkpoint (see weights.h)
+  size_t threads = 0;                 // the load's and the forward's; 0: all cores (per rank)
+  ShardSpec shard = {};               // this rank of a --tp / --ep group
   // The group's communicator for this rank (must outlive the model); null for a single rank.
   parallel::Communicator* comm = nullptr;
   ForwardOptions forward = {};  // the --no-... switches
+  std::optional<DType> lm_head_dtype = {};  // default: as MatrixDType decides for weight_dtype
 };
 
 // Where a hybrid model's token stream may be cut (docs/design.md principle 2). Its GDN layers run a

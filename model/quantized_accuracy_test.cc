@@ -49,7 +49,7 @@ json ReadJson(const std::string& path) {
 std::unique_ptr<CausalLm> Load(const std::string& dir, DType dtype,
                                std::optional<DType> lm_head = std::nullopt) {
   Result<std::unique_ptr<CausalLm>> lm =
-      CausalLm::Load(dir, {.weight_dtype = dtype, .lm_head_dtype = lm_head, .threads = 2});
+      CausalLm::Load(dir, {.weight_dtype = dtype, .threads = 2, .lm_head_dtype = lm_head});
   EXPECT_TRUE(lm.ok()) << lm.status().ToString();
   return lm.ok() ? std::move(*lm) : nullptr;
 }
@@ -190,7 +190,9 @@ TEST(QuantizedAccuracyTest, PackedFormatsAgainstBf16) {
     std::unique_ptr<CausalLm> model = Load(kDefaultDir, dtype, b.lm_head);
     ASSERT_TRUE(tiny && model);
     EXPECT_EQ(model->weights().matrix_dtype, dtype);
-    if (b.lm_head) EXPECT_EQ(model->weights().lm_head_matrix().dtype(), *b.lm_head);
+    if (b.lm_head) {
+      EXPECT_EQ(model->weights().lm_head_matrix().dtype(), *b.lm_head);
+    }
     const std::string name = std::string(DTypeName(dtype)) +
                              (b.lm_head ? ", lm_head " + std::string(DTypeName(*b.lm_head)) : "");
     const Accuracy a = measure(*tiny, *model);

@@ -223,7 +223,8 @@ Result<MatrixFormat> ChooseMatrixFormat(const std::vector<ResolvedTensor>& tenso
   }
   // Packed formats keep what they cannot hold (routers, embeddings, int4's odd widths) in the
   // checkpoint's own precision.
-  return MatrixFormat{requested, IsPackedDType(requested) ? ChooseMatrixDType(tensors) : requested};
+  return MatrixFormat{requested, IsPackedDType(requested) ? ChooseMatrixDType(tensors) : requested,
+                      std::nullopt};
 }
 
 void AllocateLayers(const io::ModelConfig& c, const ShardLayout& shard, const MatrixFormat& format,
