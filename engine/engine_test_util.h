@@ -20,6 +20,7 @@
 
 #include "core/check.h"
 #include "engine/engine.h"
+#include "model/testing.h"
 
 namespace moeserve::engine::test_util {
 
@@ -35,26 +36,16 @@ inline std::unique_ptr<model::CausalLm> LoadModel(
   return lm.ok() ? std::move(*lm) : nullptr;
 }
 
-// A model folder `moeserve make-model <flags>` writes, made once per test binary run.
-inline std::string MadeModel(const std::string& name, const std::string& flags) {
-  const fs::path path = fs::temp_directory_path() / fmt::format("moeserve_{}_{}", name, getpid());
-  const std::string cmd =
-      fmt::format("{} make-model {} --out {} 2>/dev/null", MOESERVE_BINARY, flags, path.string());
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  return path.string();
-}
+using model::testing::MadeModel;
 
 // A hybrid model with an MTP layer (random weights: its drafts are mostly rejected).
 inline const std::string& HybridMtpDir() {
-  static const std::string dir =
-      MadeModel("engine_mtp", "--arch qwen3_next --preset tiny --seed 6 --mtp-layers 1");
-  return dir;
+  return MadeModel("engine_mtp", "--arch qwen3_next --preset tiny --seed 6 --mtp-layers 1");
 }
 
 // An attention-only MoE model (prefix caching applies).
 inline const std::string& Qwen3MoeDir() {
-  static const std::string dir = MadeModel("engine", "--arch qwen3_moe --preset tiny --seed 5");
-  return dir;
+  return MadeModel("engine", "--arch qwen3_moe --preset tiny --seed 5");
 }
 
 inline std::vector<int32_t> RandomPrompt(int64_t n, uint32_t seed, int64_t vocab) {

@@ -29,23 +29,8 @@ namespace fs = std::filesystem;
 
 const std::string kTinyDir = MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
 
-// A model folder `moeserve make-model <flags>` writes, made once per test binary run.
-std::string MadeModel(const std::string& name, const std::string& flags) {
-  const fs::path path = fs::temp_directory_path() / fmt::format("moeserve_tp_{}_{}", name, getpid());
-  const std::string cmd =
-      fmt::format("{} make-model {} --out {} 2>/dev/null", MOESERVE_BINARY, flags, path.string());
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  return path.string();
-}
-
 const std::string& ModelDir(const std::string& arch) {
-  static std::map<std::string, std::string> dirs;
-  auto it = dirs.find(arch);
-  if (it == dirs.end()) {
-    it = dirs.emplace(arch, MadeModel(arch, fmt::format("--arch {} --preset tiny --seed 11", arch)))
-             .first;
-  }
-  return it->second;
+  return testing::MadeModel("tp_" + arch, fmt::format("--arch {} --preset tiny --seed 11", arch));
 }
 
 // What one run records on rank 0: the prompt's logits [T, V], then per decode step the logits

@@ -1,11 +1,20 @@
-// Helpers of the model tests: how far a row of logits is from a reference, and its argmax.
+// Helpers of the model tests (and the engine's): how far a row of logits is from a reference, its
+// argmax, the weights' matrices, model folders made for a test process.
 #pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "model/weights.h"
 
@@ -51,6 +60,29 @@ inline void ForEachMatrix(const ModelWeights& w, const std::function<void(const 
 inline std::string MatrixBytes(const Tensor& t) {
   if (t.rank() == 0) return "";
   return std::string(static_cast<const char*>(t.data()), t.bytes());
+}
+
+// The folder `moeserve make-model <flags>` writes (MOESERVE_BINARY: every test target's), made
+// once per test process and name, and removed when the process exits (ctest runs each test in a
+// process of its own: a folder left behind per process would fill /tmp).
+inline const std::string& MadeModel(const std::string& name, const std::string& flags) {
+  struct Folders {
+    std::map<std::string, std::string> paths;
+    ~Folders() {
+      std::error_code ec;
+      for (const auto& [name, path] : paths) std::filesystem::remove_all(path, ec);
+    }
+  };
+  static Folders folders;
+  auto it = folders.paths.find(name);
+  if (it != folders.paths.end()) return it->second;
+  const std::string path =
+      (std::filesystem::temp_directory_path() / fmt::format("moeserve_{}_{}", name, getpid()))
+          .string();
+  const std::string cmd =
+      fmt::format("{} make-model {} --out {} 2>/dev/null", MOESERVE_BINARY, flags, path);
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return folders.paths.emplace(name, path).first->second;
 }
 
 }  // namespace moeserve::model::testing

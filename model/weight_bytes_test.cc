@@ -14,21 +14,14 @@
 
 #include "io/safetensors.h"
 #include "model/checkpoint_layout.h"
+#include "model/testing.h"
 
 namespace moeserve::model {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A model folder `moeserve make-model <flags>` writes.
-std::string MadeModel(const std::string& name, const std::string& flags) {
-  const fs::path path =
-      fs::temp_directory_path() / fmt::format("moeserve_wb_{}_{}", name, getpid());
-  const std::string cmd =
-      fmt::format("{} make-model {} --out {} 2>/dev/null", MOESERVE_BINARY, flags, path.string());
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  return path.string();
-}
+using testing::MadeModel;
 
 struct Model {
   std::string name, flags;
@@ -56,7 +49,7 @@ const DType kDTypes[] = {DType::kBF16, DType::kF32,  DType::kQ8,
 TEST(WeightBytesTest, PlanEqualsWhatTheLoaderAllocates) {
   for (const Model& m : kModels) {
     SCOPED_TRACE(m.name);
-    const std::string dir = MadeModel(m.name, m.flags);
+    const std::string dir = MadeModel("wb_" + m.name, m.flags);
     Result<io::ModelConfig> config = io::LoadModelConfig(dir);
     ASSERT_TRUE(config.ok()) << config.status().ToString();
     Result<io::SafetensorsCheckpoint> checkpoint = io::SafetensorsCheckpoint::Open(dir);
@@ -104,7 +97,7 @@ TEST(WeightBytesTest, PlanEqualsWhatTheLoaderAllocates) {
 TEST(WeightBytesTest, Bf16PlanIsTheCheckpointWithVectorsInF32) {
   io::ModelConfig config;
   {
-    const std::string dir = MadeModel("walk", "--arch qwen3_next --preset tiny --no-weights");
+    const std::string dir = MadeModel("wb_walk", "--arch qwen3_next --preset tiny --no-weights");
     Result<io::ModelConfig> loaded = io::LoadModelConfig(dir);
     ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
     config = *loaded;

@@ -33,27 +33,12 @@ using testing::ForEachMatrix;
 using testing::MatrixBytes;
 
 // Qwen3-Next (GDN, gated attention, shared expert, MTP) at 2 layers, with matrices large enough
-// that an f32 copy of any expert or of the embedding is far above the loader's scratch; made once
-// per test process, removed at its exit.
+// that an f32 copy of any expert or of the embedding is far above the loader's scratch.
 const std::string& ModelDir() {
-  struct Folder {
-    fs::path path = fs::temp_directory_path() / fmt::format("moeserve_weights_{}", getpid());
-    Folder() {
-      const std::string cmd = fmt::format(
-          "{} make-model --arch qwen3_next --preset tiny --hidden-size 1024 --num-layers 2 "
-          "--moe-intermediate-size 512 --shared-expert-intermediate-size 512 --vocab-size 4096 "
-          "--seed 7 --out {} 2>/dev/null",
-          MOESERVE_BINARY, path.string());
-      EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    }
-    ~Folder() {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  };
-  static const Folder folder;
-  static const std::string dir = folder.path.string();
-  return dir;
+  return testing::MadeModel(
+      "weights", "--arch qwen3_next --preset tiny --hidden-size 1024 --num-layers 2 "
+                 "--moe-intermediate-size 512 --shared-expert-intermediate-size 512 "
+                 "--vocab-size 4096 --seed 7");
 }
 
 struct Loaded {
