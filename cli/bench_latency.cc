@@ -19,6 +19,7 @@
 #include "kernels/isa.h"
 #include "kernels/memory_bandwidth.h"
 #include "model/checkpoint_layout.h"
+#include "model/weight_bytes.h"
 
 namespace moeserve::cli {
 namespace {
@@ -269,16 +270,11 @@ Ceilings MeasureCeilings(const Options& o, model::ModelGroup& group) {
   // Weight bytes one decoded token reads as loaded: matrices as --weight-dtype stores each
   // (packed formats with their scales), vectors f32.
   const model::ModelWeights& weights = lm.weights();
+  const std::optional<DType> lm_head =
+      weights.lm_head.view().rank() == 2 ? std::optional(weights.lm_head.view().dtype())
+                                         : std::nullopt;
   m.stats = model::ComputeModelStats(c, [&](const model::CheckpointTensor& t) {
-    if (t.kind != model::TensorKind::kLinear && t.kind != model::TensorKind::kEmbedding) {
-      return static_cast<double>(sizeof(float));
-    }
-    const int64_t cols = t.shape.back();
-    const DType dtype =
-        t.role == model::TensorRole::kLmHead && weights.lm_head.view().rank() == 2
-            ? weights.lm_head.view().dtype()
-            : model::MatrixDType(weights.matrix_dtype, weights.base_dtype, t.role, cols);
-    return model::BytesPerWeight(dtype, cols);
+    return model::LoadedBytesPerWeight(t, weights.matrix_dtype, weights.base_dtype, lm_head);
   });
   // Measured with as many threads as the ranks here compute with.
   ThreadPool bandwidth_pool(static_cast<size_t>(m.threads_here));

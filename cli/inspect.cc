@@ -17,6 +17,7 @@
 #include "kernels/isa.h"
 #include "kernels/memory_bandwidth.h"
 #include "model/checkpoint_layout.h"
+#include "model/weight_bytes.h"
 
 namespace moeserve::cli {
 namespace {
@@ -83,9 +84,15 @@ Status Inspect(const Options& o, const io::ModelConfig& config,
     }
   }
   const size_t config_element_size = DTypeSize(model::ConfigMatrixDType(config));
+  // Bytes per token as stored, or as --weight-dtype will hold the weights.
+  const bool converted = !o.model.weight_dtype.empty() && plan.ok();
   const model::ModelStats stats =
-      model::ComputeModelStats(config, [&](const model::CheckpointTensor& t) {
-        return checkpoint ? element_size.at(t.name) : config_element_size;
+      model::ComputeModelStats(config, [&](const model::CheckpointTensor& t) -> double {
+        if (converted) {
+          return model::LoadedBytesPerWeight(t, plan->matrix_dtype, plan->base_dtype,
+                                             plan->lm_head_dtype);
+        }
+        return static_cast<double>(checkpoint ? element_size.at(t.name) : config_element_size);
       });
 
   double bandwidth = o.bandwidth_gbs;
@@ -189,8 +196,9 @@ Status Inspect(const Options& o, const io::ModelConfig& config,
     fmt::print("weights          none in the folder (config.json only; {} assumed)\n",
                config.torch_dtype.empty() ? "bfloat16" : config.torch_dtype);
   }
-  fmt::print("bytes per token  {} ({}) read per decoded token\n", Bytes(stats.bytes_per_token),
-             stats.bytes_per_token);
+  fmt::print("bytes per token  {} ({}) read per decoded token{}\n", Bytes(stats.bytes_per_token),
+             stats.bytes_per_token,
+             converted ? fmt::format(" at {}", DTypeName(plan->matrix_dtype)) : "");
   fmt::print("bandwidth        {:.1f} GB/s ({})\n", bandwidth,
              measured ? "measured read bandwidth, all threads" : "given by --bandwidth");
   fmt::print("roofline decode  {:.1f} tokens/s (bandwidth / bytes per token)\n", roofline);

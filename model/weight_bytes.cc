@@ -158,6 +158,13 @@ DType ConfigMatrixDType(const io::ModelConfig& config) {
                                                                             : DType::kBF16;
 }
 
+double LoadedBytesPerWeight(const CheckpointTensor& t, DType requested, DType base,
+                            std::optional<DType> lm_head) {
+  if (t.kind != TensorKind::kLinear && t.kind != TensorKind::kEmbedding) return sizeof(float);
+  const int64_t cols = t.shape.back();
+  return BytesPerWeight(MatrixDType(requested, base, t.role, cols, lm_head), cols);
+}
+
 WeightBytes CountWeightBytes(const ModelWeights& w) {
   WeightBytes out;
   out[WeightKind::kEmbedding] = Bytes(w.embedding);

@@ -11,6 +11,7 @@
 
 #include "core/dtype.h"
 #include "io/model_config.h"
+#include "model/checkpoint_layout.h"
 #include "model/shard.h"
 #include "model/weights.h"
 
@@ -52,6 +53,12 @@ WeightBytes PlanWeightBytes(const io::ModelConfig& config, const ShardLayout& sh
 // float16, else bf16 -- what LoadWeights picks from the stored dtypes when torch_dtype is true
 // to them.
 DType ConfigMatrixDType(const io::ModelConfig& config);
+
+// Bytes per element of checkpoint tensor t as a load of `requested` over `base` holds it (the
+// matrices as MatrixDType picks, packed ones with their scales; vectors f32), lm_head as `lm_head`
+// says: ComputeModelStats's bytes per decoded token of the run a plan or a load describes.
+double LoadedBytesPerWeight(const CheckpointTensor& t, DType requested, DType base,
+                            std::optional<DType> lm_head = std::nullopt);
 
 // The bytes `weights` holds: every matrix's storage and every vector's floats.
 WeightBytes CountWeightBytes(const ModelWeights& weights);
