@@ -113,13 +113,21 @@ TEST_F(MemoryPlanCliTest, InspectPrintsThePlan) {
 
   r = Run("inspect --json --bandwidth 10 --max-model-len 8192 --max-num-seqs 4 " + model);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const json bf16 = json::parse(r.out)["memory_plan"];
+  const json bf16_run = json::parse(r.out);
+  const json& bf16 = bf16_run["memory_plan"];
   r =
       Run("inspect --json --bandwidth 10 --max-model-len 8192 --max-num-seqs 4 "
           "--weight-dtype int4 " +
           model);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const json int4 = json::parse(r.out)["memory_plan"];
+  const json int4_run = json::parse(r.out);
+  const json& int4 = int4_run["memory_plan"];
+  // Bytes per decoded token (the roofline's) as the weights will be held: int4's active
+  // matrices at 4.5 bits and lm_head at 8, against 16 bits as stored.
+  const int64_t bf16_per_token = bf16_run["bytes_per_token"];
+  const int64_t int4_per_token = int4_run["bytes_per_token"];
+  EXPECT_LT(int4_per_token, bf16_per_token / 3);
+  EXPECT_GT(int4_per_token, bf16_per_token * 9 / 32);
   for (const json& plan : {bf16, int4}) {
     int64_t weights = 0;
     for (const auto& [kind, bytes] : plan["weights"].items()) weights += bytes.get<int64_t>();
