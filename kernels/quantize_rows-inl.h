@@ -162,8 +162,8 @@ HWY_INLINE void QuantizeRowsOf(const std::byte* src, size_t stride, size_t rows,
 // into consecutive packed rows: int4 (and w4a8) to nibble bytes `packed` (K / 2 per row) and f16
 // group scales (K / kQ4Group per row), else int8 (and w8a8) to `packed` (K per row) and one f32
 // scale per row. int4 needs K % kQ4Group == 0.
-inline void QuantizeRowsImpl(bool bf16, const std::byte* src, size_t stride, size_t rows,
-                             size_t K, bool int4, void* packed, void* scales) {
+inline void QuantizeRowsImpl(bool bf16, const std::byte* src, size_t stride, size_t rows, size_t K,
+                             bool int4, void* packed, void* scales) {
   if (bf16) {
     packing::QuantizeRowsOf<uint16_t>(src, stride, rows, K, int4, packed, scales);
   } else {

@@ -26,8 +26,8 @@ void QuantizeRows(DType src_dtype, const std::byte* src, size_t src_stride, int6
   CHECK(W.rank() == 2 && W.contiguous());
   CHECK(src_dtype == DType::kBF16 || src_dtype == DType::kF16 || src_dtype == DType::kF32)
       << "QuantizeRows packs bf16, f16 or f32 rows, not " << DTypeName(src_dtype);
-  CHECK(rows >= 0 && first_row >= 0 && first_row + rows <= W.dim(0))
-      << "rows [" << first_row << ", " << first_row + rows << ") of " << W.ShapeString();
+  CHECK(rows >= 0 && first_row >= 0 && first_row <= W.dim(0) && rows <= W.dim(0) - first_row)
+      << rows << " rows from row " << first_row << " of " << W.ShapeString();
   const int64_t K = W.dim(1);
   const size_t row_bytes = static_cast<size_t>(K) * DTypeSize(src_dtype);
   CHECK(src_stride >= row_bytes) << "source rows of " << row_bytes << " bytes " << src_stride

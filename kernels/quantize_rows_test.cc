@@ -37,22 +37,22 @@ namespace {
 // The kinds of blocks of 32 values a test row is made of (a whole row of one kind, or a row whose
 // blocks take turns).
 enum Kind : int {
-  kNormal,        // N(0, sigma), sigma from 1e-6 to 1e6
-  kZeros,         // +0
-  kNegativeZeros, // -0
-  kInt4Ties,      // halves in [-7, 7] beside a 7, times a power of two: int4 scale 2^e, ties
-  kInt8Ties,      // halves in [-127, 127] beside a 127, times a power of two: int8 scale 2^e
-  kSomeNaN,       // a quarter NaN (either sign, several payloads)
+  kNormal,         // N(0, sigma), sigma from 1e-6 to 1e6
+  kZeros,          // +0
+  kNegativeZeros,  // -0
+  kInt4Ties,       // halves in [-7, 7] beside a 7, times a power of two: int4 scale 2^e, ties
+  kInt8Ties,       // halves in [-127, 127] beside a 127, times a power of two: int8 scale 2^e
+  kSomeNaN,        // a quarter NaN (either sign, several payloads)
   kAllNaN,
-  kPlusInf,       // one +Inf among normal values
-  kMinusInf,      // one -Inf among normal values
-  kDenormals,     // f32 denormals of either sign (bf16 ones from a bf16 source)
-  kTiny,          // near f32's smallest normal: int8's scale denormal, its inverse infinite
-  kSmall,         // 1e-10 .. 1e-5: int4's f16 scale subnormal or 0
-  kHuge,          // 1e5 .. 1e38: int4's scale saturates at 65504
-  kNearF16Max,    // group maximum / 7 across 65504 .. 65520, where f16 rounding saturates
-  kExtremes,      // ±FLT_MAX among normal values
-  kAnything,      // normal values, an eighth replaced by any of the special ones above
+  kPlusInf,     // one +Inf among normal values
+  kMinusInf,    // one -Inf among normal values
+  kDenormals,   // f32 denormals of either sign (bf16 ones from a bf16 source)
+  kTiny,        // near f32's smallest normal: int8's scale denormal, its inverse infinite
+  kSmall,       // 1e-10 .. 1e-5: int4's f16 scale subnormal or 0
+  kHuge,        // 1e5 .. 1e38: int4's scale saturates at 65504
+  kNearF16Max,  // group maximum / 7 across 65504 .. 65520, where f16 rounding saturates
+  kExtremes,    // ±FLT_MAX among normal values
+  kAnything,    // normal values, an eighth replaced by any of the special ones above
   kKinds
 };
 
@@ -186,8 +186,8 @@ void ExpectSameBytes(const Tensor& got, const Tensor& want, const std::string& w
   const auto* w = want.data_as<const uint8_t>();
   for (size_t i = 0; i < want.bytes(); ++i) {
     if (g[i] != w[i]) {
-      ADD_FAILURE() << what << " target=" << hwy::TargetName(HWY_TARGET) << ": byte " << i
-                    << " of " << want.bytes() << " is " << int{g[i]} << ", want " << int{w[i]};
+      ADD_FAILURE() << what << " target=" << hwy::TargetName(HWY_TARGET) << ": byte " << i << " of "
+                    << want.bytes() << " is " << int{g[i]} << ", want " << int{w[i]};
       return;
     }
   }
@@ -228,17 +228,16 @@ HWY_NOINLINE void TestQuantizeRowsMatchesQuantizeRow() {
             const Tensor& W = got.view();
             void* packed = W.data_as<uint8_t>() + rows.first * (int4 ? K / 2 : K);
             void* scales =
-                int4 ? static_cast<void*>(MutablePackedGroupScales(W) + rows.first * (K / 32))
+                int4 ? static_cast<void*>(MutablePackedGroupScales(W) + rows.first * (K / kQ4Group))
                      : static_cast<void*>(MutablePackedRowScales(W) + rows.first);
             QuantizeRowsImpl(src_dtype == DType::kBF16, src.data(), stride,
-                             static_cast<size_t>(rows.count), static_cast<size_t>(K), int4,
-                             packed, scales);
-            ExpectSameBytes(W, want.view(),
-                            std::string(DTypeName(dtype)) + " from " +
-                                std::string(DTypeName(src_dtype)) + " K=" + std::to_string(K) +
-                                " rows=" + std::to_string(rows.count) +
-                                " first=" + std::to_string(rows.first) +
-                                " stride=" + std::to_string(stride_elems));
+                             static_cast<size_t>(rows.count), static_cast<size_t>(K), int4, packed,
+                             scales);
+            ExpectSameBytes(
+                W, want.view(),
+                std::string(DTypeName(dtype)) + " from " + std::string(DTypeName(src_dtype)) +
+                    " K=" + std::to_string(K) + " rows=" + std::to_string(rows.count) + " first=" +
+                    std::to_string(rows.first) + " stride=" + std::to_string(stride_elems));
           }
         }
       }
@@ -322,9 +321,12 @@ TEST(QuantizeRowsDispatchTest, RejectsBadArguments) {
   EXPECT_DEATH(QuantizeRows(DType::kI8, src.data(), 64, 1, W.view(), 0), "not i8");
   EXPECT_DEATH(QuantizeRows(DType::kBF16, src.data(), 128, 1, bf16.view(), 0),
                "is not a packed weight format");
-  EXPECT_DEATH(QuantizeRows(DType::kBF16, src.data(), 128, 2, W.view(), 3), "rows \\[3, 5\\)");
-  EXPECT_DEATH(QuantizeRows(DType::kBF16, src.data(), 128, -1, W.view(), 0), "rows \\[0, -1\\)");
+  EXPECT_DEATH(QuantizeRows(DType::kBF16, src.data(), 128, 2, W.view(), 3), "2 rows from row 3 of");
+  EXPECT_DEATH(QuantizeRows(DType::kBF16, src.data(), 128, -1, W.view(), 0),
+               "-1 rows from row 0 of");
   EXPECT_DEATH(QuantizeRows(DType::kF32, src.data(), 128, 2, W.view(), 0), "overlap");
+  EXPECT_DEATH(QuantizeRows(DType::kBF16, src.data(), 128, INT64_MAX, W.view(), 2),
+               "9223372036854775807 rows from row 2 of");
 }
 
 }  // namespace
