@@ -78,6 +78,13 @@ bool CanPack(DType dtype, int64_t K);
 // too). Rows may be written in any order, by different threads.
 void QuantizeRow(const float* row, const Tensor& W, int64_t n);
 
+// Writes rows [first_row, first_row + rows) of the packed matrix W ([N, K]) from `rows` source
+// rows of K values of src_dtype (bf16, f16 or f32), row r at src + r * src_stride bytes: the
+// same bytes as ConvertToF32 then QuantizeRow for each row (its scalar twin), widened and
+// quantized together in SIMD (kernels/quantize_rows-inl.h). The load packs with it.
+void QuantizeRows(DType src_dtype, const std::byte* src, size_t src_stride, int64_t rows,
+                  const Tensor& W, int64_t first_row);
+
 // Reorders a quantized activation row p[0, K) (K a multiple of kQ4A8Block) in place into the
 // w4a8 kernels' layout: per block of kQ4A8Block values, the first 16 of each of its 4 groups,
 // then the last 16 of each. Writes each group's sum of p to group_sums[0, K / kQ4Group).

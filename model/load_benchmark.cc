@@ -3,12 +3,13 @@
 //   read     every byte of the checkpoint read through a fresh mapping (page faults and memory
 //            included): the load cannot beat it
 //   compute  widening and packing alone: the rows of the checkpoint's matrices converted as the
-//            load converts them (ConvertToF32 + kernels::QuantizeRow, or a dtype conversion),
-//            from a source row block in cache; the load's time with no memory, page faults or
-//            waits (timed on an even sample of ~512 MB of rows, scaled to all of them)
-// Run: build/release/model/load_benchmark MODEL_DIR [DTYPE ...] [--threads N] [--load-only]
-// (dtypes: bf16, f32, int8, int4, w8a8, w4a8; default int4; --load-only skips the ceilings, for a
-// profiler). Prints per dtype:
+//            load converts them (kernels::QuantizeRows, or a dtype conversion), from a source
+//            row block in cache; the load's time with no memory, page faults or waits (timed on
+//            an even sample of ~512 MB of rows, scaled to all of them)
+// Run: [MOESERVE_ISA=avx2] build/release/model/load_benchmark MODEL_DIR [DTYPE ...] [--threads N]
+// [--load-only] (dtypes: bf16, f32, int8, int4, w8a8, w4a8; default int4; --load-only skips the
+// ceilings, for a profiler; MOESERVE_ISA restricts the packing's SIMD target, kernels/isa.h).
+// Prints per dtype:
 //   load_s, GB/s   the load's seconds and checkpoint bytes per second
 //   cpu_s          CPU seconds of the process during the load (every thread, user + system)
 //   over_MB        the most the load held beside the weights it returned, counted exactly
@@ -36,6 +37,7 @@
 #include "core/timer.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
+#include "kernels/isa.h"
 #include "kernels/quantize.h"
 #include "model/checkpoint_layout.h"
 #include "model/shard.h"
@@ -193,12 +195,14 @@ double ComputeSeconds(const std::vector<ResolvedTensor>& tensors, DType requeste
     if (dst == nullptr)
       dst = &t.dst.emplace_back(w.dst, std::initializer_list<int64_t>{kRows, w.cols});
     const size_t src_row = static_cast<size_t>(w.cols) * DTypeSize(w.src);
+    if (IsPackedDType(w.dst)) {
+      kernels::QuantizeRows(w.src, sources.at(w.src).data(), src_row, tasks[k].rows, dst->view(),
+                            0);
+      return;
+    }
     for (int64_t r = 0; r < tasks[k].rows; ++r) {
       const std::byte* from = sources.at(w.src).data() + r * src_row;
-      if (IsPackedDType(w.dst)) {
-        ConvertToF32(w.src, from, t.row.data(), w.cols);
-        kernels::QuantizeRow(t.row.data(), dst->view(), r);
-      } else if (w.src == w.dst) {
+      if (w.src == w.dst) {
         std::memcpy(static_cast<std::byte*>(dst->view().data()) + r * src_row, from, src_row);
       } else {
         ConvertToF32(w.src, from, t.row.data(), w.cols);
@@ -243,8 +247,12 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "load_benchmark: %s\n", config.status().ToString().c_str());
     return 1;
   }
+  if (Status s = kernels::SelectIsaFromEnvironment(); !s.ok()) {
+    std::fprintf(stderr, "load_benchmark: %s\n", s.ToString().c_str());
+    return 2;
+  }
   ThreadPool pool(threads, "load");
-  std::printf("%s, %zu threads\n", dir.c_str(), threads);
+  std::printf("%s, %zu threads, %s\n", dir.c_str(), threads, kernels::ActiveIsa().c_str());
   std::printf("%-6s %7s %6s %6s %8s %15s %9s %9s %7s %7s\n", "dtype", "load_s", "GB/s", "cpu_s",
               "over_MB", "anon_MB (peak)", "read GB/s", "comp GB/s", "÷ read", "÷ comp");
   for (DType dtype : dtypes) {

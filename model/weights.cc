@@ -66,20 +66,29 @@ RowCopy PlanCopy(const SafetensorsTensor& src, int64_t src_cols, std::vector<int
 }
 
 // Rows [begin, end) of copy c, each converted through the f32 row `row` (cols.count floats) when
-// the dtypes differ; a packed row is quantized whole, on its own.
+// the dtypes differ; packed rows are quantized by kernels::QuantizeRows, a run of consecutive
+// source rows per call.
 void CopyRows(const RowCopy& c, size_t begin, size_t end, float* row) {
   const DType from_dtype = c.src->dtype, to_dtype = c.dst.dtype();
   const size_t src_size = DTypeSize(from_dtype), dst_size = DTypeSize(to_dtype);
   const int64_t n = c.cols.count;
-  for (size_t i = begin; i < end; ++i) {
-    const std::byte* from =
-        c.src->bytes.data() + (c.rows[i] * c.src_cols + c.cols.begin) * src_size;
-    const int64_t dst_row = c.dst_row + static_cast<int64_t>(i);
-    if (IsPackedDType(to_dtype)) {
-      ConvertToF32(from_dtype, from, row, n);
-      kernels::QuantizeRow(row, c.dst, dst_row);
-      continue;
+  auto source = [&](size_t i) {
+    return c.src->bytes.data() + (c.rows[i] * c.src_cols + c.cols.begin) * src_size;
+  };
+  if (IsPackedDType(to_dtype)) {
+    for (size_t i = begin; i < end;) {
+      size_t run_end = i + 1;  // rows [i, run_end) are consecutive in the source
+      while (run_end < end && c.rows[run_end] == c.rows[run_end - 1] + 1) ++run_end;
+      kernels::QuantizeRows(from_dtype, source(i), c.src_cols * src_size,
+                            static_cast<int64_t>(run_end - i), c.dst,
+                            c.dst_row + static_cast<int64_t>(i));
+      i = run_end;
     }
+    return;
+  }
+  for (size_t i = begin; i < end; ++i) {
+    const std::byte* from = source(i);
+    const int64_t dst_row = c.dst_row + static_cast<int64_t>(i);
     std::byte* to = static_cast<std::byte*>(c.dst.data()) + dst_row * n * dst_size;
     if (from_dtype == to_dtype) {
       std::memcpy(to, from, n * src_size);
