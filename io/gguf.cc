@@ -339,13 +339,10 @@ Result<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
     f->tensors_.push_back(std::move(t));
   }
 
-  // The data area starts at the next multiple of the alignment.
+  // The data area starts at the next multiple of the alignment (a file without tensors may end
+  // before it: its data area is empty).
   const uint64_t data_start = (c.position() + f->alignment_ - 1) / f->alignment_ * f->alignment_;
-  if (data_start > m.size) {
-    return InvalidArgument("{}: the data area would start at byte {}, past the end ({} bytes)",
-                           path, data_start, m.size);
-  }
-  const uint64_t data_size = m.size - data_start;
+  const uint64_t data_size = data_start <= m.size ? m.size - data_start : 0;
   for (GgufTensor& t : f->tensors_) {
     const GgmlTypeTraits traits = GgmlType(t.type);
     const uint64_t bytes = static_cast<uint64_t>(t.numel() / traits.block_size) *

@@ -133,6 +133,16 @@ TEST_F(GgufTest, ReadsMetadataAndTensors) {
   EXPECT_EQ(std::memcmp(q->bytes.data(), bytes.data() + data_start + 32, 68), 0);
 }
 
+// No metadata, no tensors, no padding after the header: an empty model, not an error.
+TEST_F(GgufTest, AnEmptyFileHasNoTensors) {
+  Builder b;
+  b.Header(0, 0);
+  Result<std::unique_ptr<GgufFile>> f = GgufFile::Open(Write(b.bytes()));
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_TRUE((*f)->tensors().empty());
+  EXPECT_TRUE((*f)->metadata().empty());
+}
+
 TEST_F(GgufTest, EveryTruncationIsAnErrorNotACrash) {
   const std::string bytes = GoodFile();
   for (size_t n = 0; n < bytes.size(); ++n) {
