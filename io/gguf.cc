@@ -1,20 +1,16 @@
 #include "io/gguf.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
+
+#include "io/mapped_file.h"
 
 namespace moeserve::io {
 namespace {
 
 using nlohmann::json;
-
-std::string ErrnoText(int err) { return std::strerror(err); }
 
 // Reads little-endian fields off the file's bytes, each checked against what is left.
 class Cursor {
@@ -157,32 +153,6 @@ Result<GgufValue> ReadValue(Cursor& c, const std::string& path, GgufType type,
   return out;
 }
 
-// The whole file, mapped read-only.
-struct Mapping {
-  void* data;
-  uint64_t size;
-};
-
-Result<Mapping> MapFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) return NotFound("{}: no such file", path);
-    return IoError("{}: cannot open: {}", path, ErrnoText(err));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 24) {
-    ::close(fd);
-    return InvalidArgument("{}: not a GGUF file (not a regular file of at least 24 bytes)", path);
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int mmap_err = errno;
-  ::close(fd);
-  if (map == MAP_FAILED) return IoError("{}: cannot mmap: {}", path, ErrnoText(mmap_err));
-  return Mapping{map, size};
-}
-
 }  // namespace
 
 GgmlTypeTraits GgmlType(uint32_t type) {
@@ -253,7 +223,7 @@ const GgufTensor* GgufFile::Find(std::string_view name) const {
 }
 
 Result<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
-  ASSIGN_OR_RETURN(const Mapping m, MapFile(path));
+  ASSIGN_OR_RETURN(const FileMapping m, MapReadOnly(path, 24, "the 24-byte GGUF header"));
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->path_ = path;
   f->map_ = m.data;
