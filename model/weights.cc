@@ -222,14 +222,18 @@ Status CheckFloatDTypes(const std::vector<ResolvedTensor>& tensors) {
   return OkStatus();
 }
 
+// What a load can hold its matrices as (`what`: "weight" or "lm_head", for the message).
+Status CheckMatrixDType(DType d, std::string_view what) {
+  if (d == DType::kBF16 || d == DType::kF32 || IsPackedDType(d)) return OkStatus();
+  return InvalidArgument("{} dtype {} is not supported (bf16, f32, int8, int4, w8a8 or w4a8)",
+                         what, DTypeName(d));
+}
+
 // The requested matrix dtype (nullopt: as the checkpoint's matrices) and the base dtype.
 Result<MatrixFormat> ChooseMatrixFormat(const std::vector<ResolvedTensor>& tensors,
                                         std::optional<DType> matrix_dtype) {
   const DType requested = matrix_dtype.value_or(ChooseMatrixDType(tensors));
-  if (requested != DType::kBF16 && requested != DType::kF32 && !IsPackedDType(requested)) {
-    return InvalidArgument("weight dtype {} is not supported (bf16, f32, int8 or int4)",
-                           DTypeName(requested));
-  }
+  RETURN_IF_ERROR(CheckMatrixDType(requested, "weight"));
   // Packed formats keep what they cannot hold (routers, embeddings, int4's odd widths) in the
   // checkpoint's own precision.
   return MatrixFormat{requested, IsPackedDType(requested) ? ChooseMatrixDType(tensors) : requested,
@@ -570,10 +574,8 @@ double BytesPerWeight(DType dtype, int64_t cols) {
     case DType::kQ8:
     case DType::kQ8A8: return 1.0 + static_cast<double>(sizeof(float)) / static_cast<double>(cols);
     case DType::kQ4:
-    case DType::kQ4A8:
-      return 0.5 + static_cast<double>(sizeof(uint16_t)) / kQ4Group;
-    default:
-      return static_cast<double>(DTypeSize(dtype));
+    case DType::kQ4A8: return 0.5 + static_cast<double>(sizeof(uint16_t)) / kQ4Group;
+    default: return static_cast<double>(DTypeSize(dtype));
   }
 }
 
@@ -585,11 +587,7 @@ Result<ModelWeights> LoadWeights(const io::ModelConfig& c, const ShardLayout& sh
   RETURN_IF_ERROR(CheckFloatDTypes(tensors));
   ASSIGN_OR_RETURN(MatrixFormat format, ChooseMatrixFormat(tensors, matrix_dtype));
   if (lm_head_dtype) {
-    if (*lm_head_dtype != DType::kBF16 && *lm_head_dtype != DType::kF32 &&
-        !IsPackedDType(*lm_head_dtype)) {
-      return InvalidArgument("lm_head dtype {} is not supported (bf16, f32 or a packed format)",
-                             DTypeName(*lm_head_dtype));
-    }
+    RETURN_IF_ERROR(CheckMatrixDType(*lm_head_dtype, "lm_head"));
     format.lm_head = lm_head_dtype;
   }
   ModelWeights w;

@@ -173,5 +173,24 @@ TEST(LoadWeightsTest, SameBytesWhateverTheThreadsEachRowQuantizedOnItsOwn) {
   }
 }
 
+// A dtype the load cannot hold matrices in is refused, for the weights and for lm_head alike,
+// naming which.
+TEST(LoadWeightsTest, RefusesMatrixDTypesItCannotHold) {
+  Result<io::ModelConfig> config = io::LoadModelConfig(ModelDir());
+  ASSERT_TRUE(config.ok());
+  Result<io::SafetensorsCheckpoint> checkpoint = io::SafetensorsCheckpoint::Open(ModelDir());
+  ASSERT_TRUE(checkpoint.ok());
+  Result<ShardLayout> shard = MakeShardLayout(*config, ShardSpec{});
+  ASSERT_TRUE(shard.ok());
+  Result<ModelWeights> w = LoadWeights(*config, *shard, *checkpoint, DType::kI32, nullptr);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("weight dtype i32 is not supported"), std::string::npos)
+      << w.status().message();
+  w = LoadWeights(*config, *shard, *checkpoint, DType::kQ4, nullptr, DType::kF16);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("lm_head dtype f16 is not supported"), std::string::npos)
+      << w.status().message();
+}
+
 }  // namespace
 }  // namespace moeserve::model
