@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "core/check.h"
 #include "io/mapped_file.h"
 
 namespace moeserve::io {
@@ -154,6 +155,36 @@ Result<GgufValue> ReadValue(Cursor& c, const std::string& path, GgufType type,
 }
 
 }  // namespace
+
+namespace {
+
+struct WeightType {
+  uint32_t ggml;
+  DType dtype;
+};
+constexpr WeightType kWeightTypes[] = {
+    {0, DType::kF32},        {1, DType::kF16},        {30, DType::kBF16},
+    {8, DType::kGgmlQ8_0},   {2, DType::kGgmlQ4_0},   {3, DType::kGgmlQ4_1},
+    {6, DType::kGgmlQ5_0},   {7, DType::kGgmlQ5_1},   {12, DType::kGgmlQ4_K},
+    {13, DType::kGgmlQ5_K},  {14, DType::kGgmlQ6_K},
+};
+
+}  // namespace
+
+std::optional<DType> DTypeOfGgmlType(uint32_t type) {
+  for (const WeightType& t : kWeightTypes) {
+    if (t.ggml == type) return t.dtype;
+  }
+  return std::nullopt;
+}
+
+uint32_t GgmlTypeOfDType(DType dtype) {
+  for (const WeightType& t : kWeightTypes) {
+    if (t.dtype == dtype) return t.ggml;
+  }
+  CHECK(false) << DTypeName(dtype) << " has no ggml type";
+  __builtin_unreachable();
+}
 
 GgmlTypeTraits GgmlType(uint32_t type) {
   switch (type) {

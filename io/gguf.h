@@ -18,11 +18,13 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace moeserve::io {
@@ -63,6 +65,12 @@ struct GgmlTypeTraits {
   int64_t block_bytes;
 };
 GgmlTypeTraits GgmlType(uint32_t type);
+
+// The ggml types moeserve reads as weights: F32, F16, BF16 and the block formats of
+// core/dtype.h (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K); nullopt for the others.
+std::optional<DType> DTypeOfGgmlType(uint32_t type);
+// The inverse: the ggml type number of one of those dtypes.
+uint32_t GgmlTypeOfDType(DType dtype);
 
 struct GgufTensor {
   std::string name;

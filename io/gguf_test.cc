@@ -220,5 +220,22 @@ TEST_F(GgufTest, HostileFieldsAreNamed) {
   EXPECT_NE(Error(one_tensor({1, 1, 1, 1, 1}, 0, 0, 64)).find("5 dimensions"), std::string::npos);
 }
 
+// Every weight type's dtype agrees with ggml's table on block size and bytes, both ways.
+TEST(GgmlTypesTest, WeightTypesMatchTheirDTypes) {
+  int known = 0;
+  for (uint32_t type = 0; type < 40; ++type) {
+    const std::optional<DType> d = DTypeOfGgmlType(type);
+    if (!d) continue;
+    ++known;
+    const GgmlTypeTraits traits = GgmlType(type);
+    EXPECT_EQ(GgmlBlockWeights(*d), traits.block_size) << traits.name;
+    EXPECT_EQ(static_cast<int64_t>(StoredRowBytes(*d, traits.block_size)), traits.block_bytes)
+        << traits.name;
+    EXPECT_EQ(GgmlTypeOfDType(*d), type) << traits.name;
+  }
+  EXPECT_EQ(known, 11);
+  EXPECT_FALSE(DTypeOfGgmlType(15).has_value());  // Q8_K: llama.cpp's activations only
+}
+
 }  // namespace
 }  // namespace moeserve::io
