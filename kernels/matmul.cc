@@ -9,6 +9,17 @@
 #include "hwy/highway.h"
 #include "kernels/matmul-inl.h"
 
+HWY_BEFORE_NAMESPACE();
+namespace moeserve::kernels::HWY_NAMESPACE {
+
+int32_t QuantizeActivationRowImpl(const float* HWY_RESTRICT x, size_t K, int8_t* HWY_RESTRICT q,
+                                  float* scale) {
+  return matmul_internal::QuantizeActivationRow(x, K, q, scale);
+}
+
+}  // namespace moeserve::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
 #if HWY_ONCE
 
 #include <algorithm>
@@ -32,6 +43,7 @@ HWY_EXPORT(MatMulRangeQ4Impl);
 HWY_EXPORT(QuantizeActivationsImpl);
 HWY_EXPORT(QuantizeActivationsQ4A8Impl);
 HWY_EXPORT(QuantizeActivationsQ4Impl);
+HWY_EXPORT(QuantizeActivationRowImpl);
 
 namespace {
 
@@ -202,6 +214,10 @@ void MatMul(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float*
   pool.ParallelFor(tasks, [&](size_t t, size_t) {
     Dispatch(x, x_stride, M, W, tile_begin(t), tile_begin(t + 1), y, y_stride);
   });
+}
+
+int32_t QuantizeActivationRowForTest(const float* x, int64_t K, int8_t* q, float* scale) {
+  return HWY_DYNAMIC_DISPATCH(QuantizeActivationRowImpl)(x, static_cast<size_t>(K), q, scale);
 }
 
 void MatMulGroup(const MatMulJob* jobs, int64_t num_jobs, ThreadPool& pool) {

@@ -45,4 +45,8 @@ struct MatMulJob {
 // dominate. Each output is bit-identical to what MatMul computes for it.
 void MatMulGroup(const MatMulJob* jobs, int64_t num_jobs, ThreadPool& pool);
 
+// For tests: w8a8's quantization of one activation row of K floats to int8 on the dispatched
+// target (the twin of ref::QuantizeActivationRow); writes q[K] and the scale, returns sum(q).
+int32_t QuantizeActivationRowForTest(const float* x, int64_t K, int8_t* q, float* scale);
+
 }  // namespace moeserve::kernels

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -18,13 +19,12 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "hwy/tests/hwy_gtest.h"
+#include "kernels/isa.h"
 #include "kernels/quantize.h"
 #include "kernels/ref/matmul_ref.h"
 
-// Shared by the per-target tests and the dispatched ones; foreach_target.h re-includes this file,
-// so the helpers are guarded to be defined once.
-#ifndef MOESERVE_KERNELS_MATMUL_TEST_HELPERS_
-#define MOESERVE_KERNELS_MATMUL_TEST_HELPERS_
+// Shared by the per-target tests and the dispatched ones.
 
 namespace moeserve::kernels::matmul_test {
 
@@ -214,19 +214,11 @@ void ExpectSpecialRows(const std::vector<float>& y, int64_t N, const std::string
 
 }  // namespace moeserve::kernels::matmul_test
 
-#endif  // MOESERVE_KERNELS_MATMUL_TEST_HELPERS_
-
-// foreach_target.h re-includes this file once per target; the per-target tests below call that
-// target's MatMulRangeImpl from matmul-inl.h directly, not through the dispatcher.
-#undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "kernels/matmul_test.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
-#include "hwy/tests/test_util-inl.h"
-#include "kernels/matmul-inl.h"
-
-HWY_BEFORE_NAMESPACE();
-namespace moeserve::kernels::HWY_NAMESPACE {
+// The per-target tests: each runs once per target this build compiled and this CPU runs, with the
+// dispatch restricted to that target (hwy::TestWithParamTarget), through the public entry points.
+// They do not compile the kernels again for each target: matmul.cc's dispatch tables are what
+// they test.
+namespace moeserve::kernels::matmul_target_test {
 
 using matmul_test::Describe;
 using matmul_test::ExpectMatchesReference;
@@ -239,28 +231,18 @@ using matmul_test::QuantizationRows;
 using matmul_test::RowsIdentical;
 using matmul_test::Weights;
 
-// Helpers in their own namespace: other kernels' tests define per-target functions too.
-namespace matmul_test_target {
-
-// This target's kernel on outputs [n_begin, n_end).
+// The target's kernel on outputs [n_begin, n_end).
 void Run(const float* x, int64_t x_stride, int64_t M, const Tensor& W, int64_t n_begin,
          int64_t n_end, float* y, int64_t y_stride) {
-  MatMulRangeImpl(x, static_cast<size_t>(x_stride), static_cast<size_t>(M), W.data(), W.dtype(),
-                  IsPackedDType(W.dtype()) ? PackedScales(W) : nullptr,
-                  static_cast<size_t>(W.dim(1)), static_cast<size_t>(n_begin),
-                  static_cast<size_t>(n_end), y, static_cast<size_t>(y_stride));
+  MatMulRange(x, x_stride, M, W, n_begin, n_end, y, y_stride);
 }
 
 std::string Where(DType dtype, int64_t M, int64_t N, int64_t K) {
-  return std::string(hwy::TargetName(HWY_TARGET)) + " " + Describe(dtype, M, N, K);
+  return ActiveIsa() + " " + Describe(dtype, M, N, K);
 }
 
-}  // namespace matmul_test_target
 
-using matmul_test_target::Run;
-using matmul_test_target::Where;
-
-HWY_NOINLINE void TestMatMulMatchesReference() {
+void TestMatMulMatchesReference() {
   uint32_t seed = 1;
   int cases = 0;
   for (DType dtype : kWeightDTypes) {
@@ -300,7 +282,7 @@ void ExpectEachRowMatchesAlone(const std::vector<float>& full, const float* x, i
   }
 }
 
-HWY_NOINLINE void TestMatMulBatchInvariance() {
+void TestMatMulBatchInvariance() {
   // Each output computed inside a batch of 37 rows must equal, bit for bit, the same output
   // computed alone (M = 1), in any smaller batch at any offset, and in any split of n.
   constexpr int64_t kM = 37;
@@ -341,12 +323,12 @@ HWY_NOINLINE void TestMatMulBatchInvariance() {
   }
 }
 
-HWY_NOINLINE void TestMatMulAcrossRowBlocks() {
+void TestMatMulAcrossRowBlocks() {
   // Rows long enough that M = 37 spans several of the row blocks that the passes over a W tile
   // cover (kXBlockBytes, 512 KiB: 8 f32 rows of K = 16384, 32 quantized rows): every output must
   // equal its computation alone, and the batch must match the reference.
   constexpr int64_t kM = 37, kN = 13, kK = 16384;
-  static_assert(kM * kK > matmul_internal::kXBlockBytes, "int8 rows: more than one block");
+  static_assert(kM * kK > (512 << 10), "int8 rows: more than one block (kXBlockBytes)");
   uint32_t seed = 700;
   for (DType dtype : kWeightDTypes) {
     ++seed;
@@ -361,7 +343,7 @@ HWY_NOINLINE void TestMatMulAcrossRowBlocks() {
   }
 }
 
-HWY_NOINLINE void TestMatMulStaysInBounds() {
+void TestMatMulStaysInBounds() {
   // Exact-size buffers: a read past W, x or y is out of bounds for AddressSanitizer in the asan
   // build. NaN-padded buffers: an over-read turns the result into NaN in every build. Every
   // partial-vector length is covered for every target (K up to 3 vectors of 16 lanes).
@@ -390,7 +372,7 @@ HWY_NOINLINE void TestMatMulStaysInBounds() {
 
 // w8a8 sums integers exactly, so every target must equal the reference bit for bit, including
 // the activation quantization (ties rounded to even, rows of zeros, tiny rows, Inf and NaN).
-HWY_NOINLINE void TestW8A8ExactlyMatchesReference() {
+void TestW8A8ExactlyMatchesReference() {
   std::mt19937 rng(31);
   for (int64_t K : {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 200, 2048}) {
     const int64_t M = kQuantizationRowKinds + 3;
@@ -399,14 +381,13 @@ HWY_NOINLINE void TestW8A8ExactlyMatchesReference() {
     for (int64_t m = 0; m < M; ++m) {
       std::vector<int8_t> got(static_cast<size_t>(K)), want(static_cast<size_t>(K));
       float got_scale = -1, want_scale = -2;
-      const int32_t got_sum = matmul_internal::QuantizeActivationRow(
-          x.data() + m * K, static_cast<size_t>(K), got.data(), &got_scale);
+      const int32_t got_sum = QuantizeActivationRowForTest(x.data() + m * K, K, got.data(), &got_scale);
       const int32_t want_sum =
           ref::QuantizeActivationRow(x.data() + m * K, K, want.data(), &want_scale);
-      EXPECT_EQ(got, want) << hwy::TargetName(HWY_TARGET) << " K=" << K << " m=" << m;
-      EXPECT_EQ(got_sum, want_sum) << hwy::TargetName(HWY_TARGET) << " K=" << K << " m=" << m;
+      EXPECT_EQ(got, want) << ActiveIsa() << " K=" << K << " m=" << m;
+      EXPECT_EQ(got_sum, want_sum) << ActiveIsa() << " K=" << K << " m=" << m;
       EXPECT_EQ(std::memcmp(&got_scale, &want_scale, sizeof(float)), 0)
-          << hwy::TargetName(HWY_TARGET) << " K=" << K << " m=" << m;
+          << ActiveIsa() << " K=" << K << " m=" << m;
     }
     for (int64_t N : {1, 9, 33}) {
       Weights w(DType::kQ8A8, N, K, static_cast<uint32_t>(K * 100 + N));
@@ -428,12 +409,12 @@ HWY_NOINLINE void TestW8A8ExactlyMatchesReference() {
     QuantizeRow(row.data(), W.view(), 1);
     float y[2] = {};
     Run(row.data(), K, 1, W.view(), 0, N, y, N);
-    EXPECT_EQ(y[0], sign * static_cast<float>(K)) << hwy::TargetName(HWY_TARGET);
-    EXPECT_EQ(y[1], static_cast<float>(K)) << hwy::TargetName(HWY_TARGET);
+    EXPECT_EQ(y[0], sign * static_cast<float>(K)) << ActiveIsa();
+    EXPECT_EQ(y[1], static_cast<float>(K)) << ActiveIsa();
   }
 }
 
-HWY_NOINLINE void TestMatMulRangeWritesOnlyItsOutputs() {
+void TestMatMulRangeWritesOnlyItsOutputs() {
   constexpr int64_t kM = 5;
   constexpr int64_t kN = 23;
   constexpr int64_t kK = 40;
@@ -451,7 +432,7 @@ HWY_NOINLINE void TestMatMulRangeWritesOnlyItsOutputs() {
           const float got = y[m * kN + n];
           const float want = n_begin <= n && n < n_end ? full[m * kN + n] : matmul_test::kYSentinel;
           EXPECT_EQ(std::memcmp(&got, &want, sizeof(float)), 0)
-              << hwy::TargetName(HWY_TARGET) << " [" << n_begin << ", " << n_end << ") m=" << m
+              << ActiveIsa() << " [" << n_begin << ", " << n_end << ") m=" << m
               << " n=" << n;
         }
       }
@@ -462,7 +443,7 @@ HWY_NOINLINE void TestMatMulRangeWritesOnlyItsOutputs() {
 // w4a8 and int4 add their groups' exact integer sums in one fixed order, so every target must
 // equal the reference bit for bit: every tile shape, partial superblocks (K % 512), the special
 // rows, the largest group sums, and the in-place layout of the activations.
-HWY_NOINLINE void TestW4A8ExactlyMatchesReference() {
+void TestW4A8ExactlyMatchesReference() {
   std::mt19937 rng(41);
   for (DType dtype : {DType::kQ4A8, DType::kQ4}) {
     for (int64_t K : {128, 256, 384, 512, 640, 896, 1024, 2048 + 384}) {
@@ -522,21 +503,28 @@ HWY_NOINLINE void TestW4A8ExactlyMatchesReference() {
   }
 }
 
-}  // namespace moeserve::kernels::HWY_NAMESPACE
-HWY_AFTER_NAMESPACE();
-
-#if HWY_ONCE
+}  // namespace moeserve::kernels::matmul_target_test
 
 namespace moeserve::kernels {
 
-HWY_BEFORE_TEST(MatMulTargetTest);
-HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestMatMulMatchesReference);
-HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestMatMulBatchInvariance);
-HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestMatMulAcrossRowBlocks);
-HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestMatMulStaysInBounds);
-HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestMatMulRangeWritesOnlyItsOutputs);
-HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestW8A8ExactlyMatchesReference);
-HWY_EXPORT_AND_TEST_P(MatMulTargetTest, TestW4A8ExactlyMatchesReference);
+// Restricts the dispatch to the target, and checks it took: the kernels run that target's code.
+class MatMulTargetTest : public hwy::TestWithParamTarget {
+ protected:
+  void SetUp() override {
+    hwy::TestWithParamTarget::SetUp();
+    std::string name = hwy::TargetName(GetParam());
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    ASSERT_EQ(ActiveIsa(), name);
+  }
+};
+HWY_TARGET_INSTANTIATE_TEST_SUITE_P(MatMulTargetTest);
+TEST_P(MatMulTargetTest, MatMulMatchesReference) { matmul_target_test::TestMatMulMatchesReference(); }
+TEST_P(MatMulTargetTest, MatMulBatchInvariance) { matmul_target_test::TestMatMulBatchInvariance(); }
+TEST_P(MatMulTargetTest, MatMulAcrossRowBlocks) { matmul_target_test::TestMatMulAcrossRowBlocks(); }
+TEST_P(MatMulTargetTest, MatMulStaysInBounds) { matmul_target_test::TestMatMulStaysInBounds(); }
+TEST_P(MatMulTargetTest, MatMulRangeWritesOnlyItsOutputs) { matmul_target_test::TestMatMulRangeWritesOnlyItsOutputs(); }
+TEST_P(MatMulTargetTest, W8A8ExactlyMatchesReference) { matmul_target_test::TestW8A8ExactlyMatchesReference(); }
+TEST_P(MatMulTargetTest, W4A8ExactlyMatchesReference) { matmul_target_test::TestW4A8ExactlyMatchesReference(); }
 
 namespace {
 
@@ -794,4 +782,3 @@ TEST(MatMulDeathTest, RejectsBadArguments) {
 }  // namespace
 }  // namespace moeserve::kernels
 
-#endif  // HWY_ONCE
