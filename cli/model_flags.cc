@@ -13,6 +13,7 @@
 #include "core/timer.h"
 #include "core/trace.h"
 #include "kernels/isa.h"
+#include "model/model_files.h"
 #include "parallel/link_model.h"
 #include "parallel/mpi_communicator.h"
 
@@ -135,7 +136,7 @@ Status ModelFlags::CheckParallel() const {
   if (tp == 1 && !ep) return OkStatus();
   Result<std::string> dir = Dir();
   if (!dir.ok()) return OkStatus();
-  Result<io::ModelConfig> config = io::LoadModelConfig(*dir);
+  Result<io::ModelConfig> config = model::LoadModelConfigAt(*dir);
   if (!config.ok()) return OkStatus();
   for (int r = 0; r < tp; ++r) {
     RETURN_IF_ERROR(model::MakeShardLayout(*config, {r, static_cast<int>(tp), ep}).status());

@@ -97,6 +97,10 @@ class GgufFile {
   // In file order.
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
   const GgufTensor* Find(std::string_view name) const;  // nullptr if absent
+  // The whole file as mapped (read-only; the mapping starts on a page boundary).
+  std::span<const std::byte> mapping() const {
+    return {static_cast<const std::byte*>(map_), map_size_};
+  }
 
  private:
   GgufFile() = default;

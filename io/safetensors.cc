@@ -332,6 +332,25 @@ Tensor SafetensorsTensor::view() const {
 
 // ---- SafetensorsFile ----
 
+std::unique_ptr<SafetensorsFile> SafetensorsFile::FromMapping(
+    std::string path, std::shared_ptr<const void> owner, std::span<const std::byte> mapping,
+    std::vector<SafetensorsTensor> tensors) {
+  CHECK(owner != nullptr);
+  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->path_ = std::move(path);
+  f->owner_ = std::move(owner);
+  f->borrowed_mapping_ = mapping;
+  f->tensors_ = std::move(tensors);
+  for (size_t i = 0; i < f->tensors_.size(); ++i) {
+    const SafetensorsTensor& t = f->tensors_[i];
+    CHECK(t.bytes.empty() || (t.bytes.data() >= mapping.data() &&
+                              t.bytes.data() + t.bytes.size() <= mapping.data() + mapping.size()))
+        << t.name << " lies outside the mapping";
+    CHECK(f->index_.emplace(t.name, i).second) << "duplicate tensor " << t.name;
+  }
+  return f;
+}
+
 SafetensorsFile::~SafetensorsFile() {
   if (map_ != nullptr) ::munmap(map_, map_size_);
 }
@@ -528,6 +547,13 @@ Result<SafetensorsCheckpoint> SafetensorsCheckpoint::Open(const std::string& dir
       }
     }
   }
+  return checkpoint;
+}
+
+SafetensorsCheckpoint SafetensorsCheckpoint::FromFile(std::unique_ptr<SafetensorsFile> file) {
+  SafetensorsCheckpoint checkpoint;
+  for (const SafetensorsTensor& t : file->tensors()) checkpoint.by_name_.emplace(t.name, &t);
+  checkpoint.files_.push_back(std::move(file));
   return checkpoint;
 }
 

@@ -8,6 +8,7 @@
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "io/safetensors_pages.h"
+#include "kernels/ggml_blocks.h"
 #include "kernels/quantize.h"
 #include "model/arch/qwen3_next.h"
 #include "model/checkpoint_layout.h"
@@ -60,7 +61,8 @@ RowCopy PlanCopy(const SafetensorsTensor& src, int64_t src_cols, std::vector<int
   CHECK_EQ(dst.dim(1), cols.count);
   CHECK_LE(cols.end(), src_cols);
   CHECK_LE(dst_row + static_cast<int64_t>(rows.size()), dst.dim(0));
-  const size_t row_bytes = static_cast<size_t>(src_cols) * DTypeSize(src.dtype);
+  const size_t row_bytes = StoredRowBytes(src.dtype, src_cols);
+  CHECK_EQ(cols.begin % GgmlBlockWeights(src.dtype), 0);  // CheckBlockSplits refused it before
   for (int64_t r : rows) CHECK_LE(static_cast<size_t>(r + 1) * row_bytes, src.bytes.size());
   return RowCopy{&src, src_cols, std::move(rows), cols, dst, dst_row};
 }
@@ -72,14 +74,16 @@ void CopyRows(const RowCopy& c, size_t begin, size_t end, float* row) {
   const DType from_dtype = c.src->dtype, to_dtype = c.dst.dtype();
   const size_t src_size = DTypeSize(from_dtype), dst_size = DTypeSize(to_dtype);
   const int64_t n = c.cols.count;
+  const size_t row_bytes = StoredRowBytes(from_dtype, c.src_cols);
+  const size_t col_offset = StoredRowBytes(from_dtype, c.cols.begin);
   auto source = [&](size_t i) {
-    return c.src->bytes.data() + (c.rows[i] * c.src_cols + c.cols.begin) * src_size;
+    return c.src->bytes.data() + static_cast<size_t>(c.rows[i]) * row_bytes + col_offset;
   };
   if (IsPackedDType(to_dtype)) {
     for (size_t i = begin; i < end;) {
       size_t run_end = i + 1;  // rows [i, run_end) are consecutive in the source
       while (run_end < end && c.rows[run_end] == c.rows[run_end - 1] + 1) ++run_end;
-      kernels::QuantizeRows(from_dtype, source(i), c.src_cols * src_size,
+      kernels::QuantizeRows(from_dtype, source(i), row_bytes,
                             static_cast<int64_t>(run_end - i), c.dst,
                             c.dst_row + static_cast<int64_t>(i));
       i = run_end;
@@ -92,6 +96,9 @@ void CopyRows(const RowCopy& c, size_t begin, size_t end, float* row) {
     std::byte* to = static_cast<std::byte*>(c.dst.data()) + dst_row * n * dst_size;
     if (from_dtype == to_dtype) {
       std::memcpy(to, from, n * src_size);
+    } else if (IsGgmlBlockDType(from_dtype)) {
+      kernels::DequantizeGgmlRow(from_dtype, from, row, n);
+      ConvertFromF32(row, to_dtype, to, n);
     } else {
       ConvertToF32(from_dtype, from, row, n);
       ConvertFromF32(row, to_dtype, to, n);
@@ -113,7 +120,7 @@ class CopyRunner {
       const RowCopy& copy = copies[c];
       const size_t cols = static_cast<size_t>(copy.cols.count);
       const size_t per_block =
-          std::max<size_t>(1, kBlockBytes / (cols * DTypeSize(copy.src->dtype)));
+          std::max<size_t>(1, kBlockBytes / StoredRowBytes(copy.src->dtype, copy.cols.count));
       for (size_t r = 0; r < copy.rows.size(); r += per_block) {
         blocks_.push_back({c, r, std::min(r + per_block, copy.rows.size())});
       }
@@ -203,21 +210,45 @@ void AllocateLayer(const ShardLayout& shard, const MatrixFormat& f, io::LayerTyp
   }
 }
 
+// The float dtype of a load's matrices when --weight-dtype is not given: bf16 when the
+// checkpoint's matrices are bf16 or in GGML's block formats, else f32.
 DType ChooseMatrixDType(const std::vector<ResolvedTensor>& tensors) {
   for (const ResolvedTensor& t : tensors) {
-    if (t.spec.kind == TensorKind::kLinear && t.stored->dtype == DType::kBF16) return DType::kBF16;
+    const DType d = t.stored->dtype;
+    if (t.spec.kind == TensorKind::kLinear && (d == DType::kBF16 || IsGgmlBlockDType(d))) {
+      return DType::kBF16;
+    }
   }
   return DType::kF32;
 }
 
+// The packed format that holds a GGUF file's block-quantized matrices when --weight-dtype is not
+// given: int8 when most of their bytes are Q8_0, int4 otherwise (a Q4_K_M file's 4.5 to 6.6 bits
+// would not fit in memory at 8); nullopt when no matrix is block-quantized.
+std::optional<DType> ChooseBlockMatrixDType(const std::vector<ResolvedTensor>& tensors) {
+  uint64_t q8_bytes = 0, block_bytes = 0;
+  for (const ResolvedTensor& t : tensors) {
+    const DType d = t.stored->dtype;
+    if (t.spec.kind != TensorKind::kLinear || !IsGgmlBlockDType(d)) continue;
+    block_bytes += t.stored->bytes.size();
+    if (d == DType::kGgmlQ8_0) q8_bytes += t.stored->bytes.size();
+  }
+  if (block_bytes == 0) return std::nullopt;
+  return 2 * q8_bytes > block_bytes ? DType::kQ8 : DType::kQ4;
+}
+
 // The loader's phases, in order (LoadWeights).
 
-Status CheckFloatDTypes(const std::vector<ResolvedTensor>& tensors) {
+// Every tensor is bf16, f16 or f32; matrices may also be in GGML's block formats (GGUF files).
+Status CheckStoredDTypes(const std::vector<ResolvedTensor>& tensors) {
   for (const ResolvedTensor& t : tensors) {
-    if (!IsFloatDType(t.stored->dtype)) {
-      return Unimplemented("tensor '{}' in {} has dtype {}; moeserve loads bf16, f16 and f32",
-                           t.spec.name, t.stored->file, DTypeName(t.stored->dtype));
-    }
+    const DType d = t.stored->dtype;
+    const bool matrix =
+        t.spec.kind == TensorKind::kLinear || t.spec.kind == TensorKind::kEmbedding;
+    if (IsFloatDType(d) || (matrix && IsGgmlBlockDType(d))) continue;
+    return Unimplemented("tensor '{}' in {} has dtype {}; moeserve loads bf16, f16 and f32{}",
+                         t.spec.name, t.stored->file, DTypeName(d),
+                         matrix ? " and GGML's block formats" : "");
   }
   return OkStatus();
 }
@@ -232,7 +263,8 @@ Status CheckMatrixDType(DType d, std::string_view what) {
 // The requested matrix dtype (nullopt: as the checkpoint's matrices) and the base dtype.
 Result<MatrixFormat> ChooseMatrixFormat(const std::vector<ResolvedTensor>& tensors,
                                         std::optional<DType> matrix_dtype) {
-  const DType requested = matrix_dtype.value_or(ChooseMatrixDType(tensors));
+  const DType requested =
+      matrix_dtype.value_or(ChooseBlockMatrixDType(tensors).value_or(ChooseMatrixDType(tensors)));
   RETURN_IF_ERROR(CheckMatrixDType(requested, "weight"));
   // Packed formats keep what they cannot hold (routers, embeddings, int4's odd widths) in the
   // checkpoint's own precision.
@@ -299,6 +331,34 @@ RankSlices SliceTensors(const io::ModelConfig& c, const ShardLayout& shard) {
     for (int64_t& r : s.ba_src) r = ba_rows[r];
   }
   return s;
+}
+
+// A rank keeps whole blocks of a block-format matrix: a split of its columns (--tp) that would cut
+// a block is refused, naming the tensor. Rows are never split inside: a row is whole blocks.
+Status CheckBlockSplits(const std::vector<ResolvedTensor>& tensors, const ShardLayout& shard,
+                        const RankSlices& s) {
+  for (const ResolvedTensor& t : tensors) {
+    const int64_t block = GgmlBlockWeights(t.stored->dtype);
+    if (block == 1) continue;
+    Range cols;
+    switch (t.spec.role) {
+      case TensorRole::kOProj: cols = s.o_cols; break;
+      case TensorRole::kGdnOutProj: cols = s.gdn_v; break;
+      case TensorRole::kExpertDown:
+      case TensorRole::kExpertsDown: cols = shard.moe; break;
+      case TensorRole::kSharedExpertDown: cols = shard.shared; break;
+      case TensorRole::kMlpDown: cols = shard.mlp; break;
+      default: continue;  // whole rows only
+    }
+    if (cols.begin % block != 0 || cols.count % block != 0) {
+      return InvalidArgument(
+          "tensor '{}' is {} (blocks of {} weights along a row); rank {} of {} would hold its "
+          "columns [{}, {}), which splits a block: choose fewer ranks",
+          t.spec.name, DTypeName(t.stored->dtype), block, shard.spec.rank, shard.spec.size,
+          cols.begin, cols.end());
+    }
+  }
+  return OkStatus();
 }
 
 // A load that takes more than a second reports, about once a second and when it ends (rank 0
@@ -584,7 +644,7 @@ Result<ModelWeights> LoadWeights(const io::ModelConfig& c, const ShardLayout& sh
                                  std::optional<DType> matrix_dtype, ThreadPool* pool,
                                  std::optional<DType> lm_head_dtype) {
   ASSIGN_OR_RETURN(std::vector<ResolvedTensor> tensors, ResolveCheckpoint(c, checkpoint));
-  RETURN_IF_ERROR(CheckFloatDTypes(tensors));
+  RETURN_IF_ERROR(CheckStoredDTypes(tensors));
   ASSIGN_OR_RETURN(MatrixFormat format, ChooseMatrixFormat(tensors, matrix_dtype));
   if (lm_head_dtype) {
     RETURN_IF_ERROR(CheckMatrixDType(*lm_head_dtype, "lm_head"));
@@ -593,8 +653,9 @@ Result<ModelWeights> LoadWeights(const io::ModelConfig& c, const ShardLayout& sh
   ModelWeights w;
   w.matrix_dtype = format.requested;
   w.base_dtype = format.base;
-  AllocateLayers(c, shard, format, w);
   const RankSlices slices = SliceTensors(c, shard);
+  RETURN_IF_ERROR(CheckBlockSplits(tensors, shard, slices));
+  AllocateLayers(c, shard, format, w);
   StreamTensors(tensors, checkpoint, pool, shard.spec.rank == 0,
                 [&](const ResolvedTensor& rt, std::vector<RowCopy>& plan) {
                   PlaceTensor(TensorSource(rt, format, plan), c, shard, slices, w);
