@@ -110,6 +110,10 @@ void GgufWriter::AddTensor(const std::string& name, std::vector<int64_t> ne, uin
   tensors_.push_back({name, std::move(ne), type, std::move(bytes)});
 }
 
+void GgufWriter::RemoveTensor(const std::string& name) {
+  std::erase_if(tensors_, [&](const Tensor& t) { return t.name == name; });
+}
+
 Status GgufWriter::Write(const std::string& path) const {
   Bytes b;
   b.str() += "GGUF";

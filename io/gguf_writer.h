@@ -30,6 +30,9 @@ class GgufWriter {
   void AddTensor(const std::string& name, std::vector<int64_t> ne, uint32_t type,
                  std::string bytes);
 
+  // Drops the tensor of that name, if any (tests build malformed files from well-formed ones).
+  void RemoveTensor(const std::string& name);
+
   // Fails on a value whose JSON does not fit its type, a tensor whose bytes do not match its
   // shape and type, or an I/O error, naming which.
   Status Write(const std::string& path) const;

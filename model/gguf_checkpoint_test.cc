@@ -3,6 +3,7 @@
 // dequantize as their definition says; malformed files and splits are refused naming the field.
 #include "model/gguf_checkpoint.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -34,18 +35,23 @@ const char kLlamaFlags[] =
     "--arch llama --preset tiny --hidden-size 256 --num-layers 2 --intermediate-size 512 "
     "--vocab-size 512 --seed 5";
 
+// A writer holding `dir` as GGUF with its matrices in `dtype`.
+io::GgufWriter WriterOf(const std::string& dir, DType dtype) {
+  Result<ModelFiles> files = OpenModelFiles(dir);
+  EXPECT_TRUE(files.ok()) << files.status().ToString();
+  io::GgufWriter writer;
+  const Status added = AddGgufModel(files->config, files->checkpoint, dtype, writer);
+  EXPECT_TRUE(added.ok()) << added.ToString();
+  return writer;
+}
+
 // `dir` written as a GGUF file with its matrices in `dtype`, once per process and name.
 const std::string& GgufOf(const std::string& dir, DType dtype) {
   static std::map<std::string, std::string> made;
   const std::string key = dir + "/" + std::string(DTypeName(dtype));
   if (auto it = made.find(key); it != made.end()) return it->second;
   const std::string path = dir + fmt::format("/model-{}.gguf", DTypeName(dtype));
-  Result<ModelFiles> files = OpenModelFiles(dir);
-  EXPECT_TRUE(files.ok()) << files.status().ToString();
-  io::GgufWriter writer;
-  const Status added = AddGgufModel(files->config, files->checkpoint, dtype, writer);
-  EXPECT_TRUE(added.ok()) << added.ToString();
-  const Status written = writer.Write(path);
+  const Status written = WriterOf(dir, dtype).Write(path);
   EXPECT_TRUE(written.ok()) << written.ToString();
   return made.emplace(key, path).first->second;
 }
@@ -135,6 +141,109 @@ TEST_P(SameBitsTest, GgufOfAFolderLoadsAndRunsBitIdentically) {
 INSTANTIATE_TEST_SUITE_P(Architectures, SameBitsTest,
                          ::testing::Values(MadeArch{"gguf_qwen3moe", kQwen3MoeFlags},
                                            MadeArch{"gguf_qwen3", kQwen3Flags}));
+
+constexpr DType kBlockDTypes[] = {DType::kGgmlQ8_0, DType::kGgmlQ4_0, DType::kGgmlQ4_1,
+                                  DType::kGgmlQ5_0, DType::kGgmlQ5_1, DType::kGgmlQ4_K,
+                                  DType::kGgmlQ5_K, DType::kGgmlQ6_K};
+
+// Loaded as f32, a block-format file's matrices are the format's dequantization of its bytes
+// (the scalar twin, which kernels' tests hold to an independent numpy definition); loaded into
+// the default packed format (int8), its logits stay within a stated distance of that f32
+// forward.
+TEST(GgufBlockFormatsTest, LoadAsTheirDequantizationAndRunCloseToIt) {
+  const std::string& dir = testing::MadeModel("gguf_qwen3moe", kQwen3MoeFlags);
+  for (DType dtype : kBlockDTypes) {
+    const std::string& gguf = GgufOf(dir, dtype);
+    Result<ModelWeights> w = Load(gguf, DType::kF32);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    Result<std::unique_ptr<io::GgufFile>> file = io::GgufFile::Open(gguf);
+    ASSERT_TRUE(file.ok());
+    const io::GgufTensor* stored = (*file)->Find("blk.1.ffn_down_exps.weight");  // [E, H, I]
+    const int64_t I = stored->ne[0], H = stored->ne[1];
+    std::vector<float> want(static_cast<size_t>(H * I));
+    const size_t row_bytes = StoredRowBytes(dtype, I);
+    const std::byte* expert3 = stored->bytes.data() + 3 * H * row_bytes;
+    for (int64_t r = 0; r < H; ++r) {
+      kernels::ref::DequantizeGgmlRowRef(dtype, expert3 + r * row_bytes, want.data() + r * I, I);
+    }
+    const Tensor& got = w->layers[1].experts.experts[3].down.view();
+    ASSERT_EQ(got.dtype(), DType::kF32);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+        << DTypeName(dtype);
+
+    // Requantized at load to int8 (the default for block formats): a second rounding of each
+    // weight, as far from the f32 forward as int8 is on the bf16 folder. On the dense model: a
+    // tiny random MoE's router flips experts on rounding far smaller than that.
+    const std::string& dense = GgufOf(testing::MadeModel("gguf_qwen3", kQwen3Flags), dtype);
+    const std::vector<float> exact = PromptLogits(dense, {.weight_dtype = DType::kF32});
+    const std::vector<float> packed = PromptLogits(dense);
+    ASSERT_EQ(exact.size(), packed.size());
+    EXPECT_LT(testing::RowRelError(packed.data(), exact.data(), static_cast<int64_t>(exact.size())),
+              0.03)
+        << DTypeName(dtype);
+  }
+}
+
+// Ranks keep whole blocks: a --tp split inside a Q4_K super-block (256 weights) is refused naming
+// the tensor; Q8_0's blocks of 32 split at the same place load.
+TEST(GgufBlockFormatsTest, TensorParallelSplitsKeepBlocksWhole) {
+  const std::string& dir = testing::MadeModel("gguf_qwen3moe", kQwen3MoeFlags);
+  const Result<ModelWeights> k = Load(GgufOf(dir, DType::kGgmlQ4_K), DType::kQ8, {0, 2, false});
+  ASSERT_FALSE(k.ok());
+  EXPECT_NE(k.status().message().find("o_proj.weight' is q4_k"), std::string::npos)
+      << k.status().message();
+  EXPECT_NE(k.status().message().find("splits a block"), std::string::npos);
+  for (int rank : {0, 1}) {
+    const Result<ModelWeights> q = Load(GgufOf(dir, DType::kGgmlQ8_0), DType::kQ8, {rank, 2, false});
+    EXPECT_TRUE(q.ok()) << q.status().ToString();
+  }
+}
+
+// Files that lie about the model are refused naming the key or tensor.
+TEST(GgufCheckpointTest, RefusesMalformedModelsNamingTheField) {
+  const std::string& dir = testing::MadeModel("gguf_qwen3moe", kQwen3MoeFlags);
+  const std::string path = dir + "/malformed.gguf";
+  auto error = [&](const std::function<void(io::GgufWriter&)>& edit) {
+    io::GgufWriter w = WriterOf(dir, DType::kGgmlQ8_0);
+    edit(w);
+    EXPECT_TRUE(w.Write(path).ok());
+    Result<ModelFiles> files = OpenModelFiles(path);
+    EXPECT_FALSE(files.ok());
+    return files.ok() ? std::string() : files.status().message();
+  };
+  using ::testing::HasSubstr;
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.SetString("general.architecture", "falcon"); }),
+              HasSubstr("general.architecture 'falcon' is not one moeserve reads"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.SetU32("qwen3moe.block_count", 3); }),
+              HasSubstr("no tensor blk.2.attn_norm.weight"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.SetU32("qwen3moe.embedding_length", 0); }),
+              HasSubstr("qwen3moe.embedding_length is 0, outside"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.SetString("qwen3moe.block_count", "two"); }),
+              HasSubstr("qwen3moe.block_count is \"two\", not an integer"));
+  EXPECT_THAT(error([](io::GgufWriter& w) {
+                w.Set("qwen3moe.expert_count",
+                      {io::GgufType::kUint64, io::GgufType::kUint8, uint64_t{1} << 63});
+              }),
+              HasSubstr("qwen3moe.expert_count is 9223372036854775808, outside"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.SetU32("qwen3moe.expert_used_count", 9); }),
+              HasSubstr("expert_used_count is 9, outside [1, 8]"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.SetU32("tokenizer.ggml.eos_token_id", 512); }),
+              HasSubstr("tokenizer.ggml.eos_token_id is 512, not a token id"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.SetString("qwen3moe.rope.scaling.type", "yarn"); }),
+              HasSubstr("rope scaling"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.RemoveTensor("blk.1.ffn_up_exps.weight"); }),
+              HasSubstr("no tensor blk.1.ffn_up_exps.weight (for model.layers.1.mlp.experts.0"));
+  EXPECT_THAT(error([](io::GgufWriter& w) {
+                w.RemoveTensor("blk.0.attn_q.weight");
+                w.AddTensor("blk.0.attn_q.weight", {256, 128}, 10, std::string(128 * 84, '\0'));
+              }),
+              HasSubstr("tensor blk.0.attn_q.weight has type Q2_K, which moeserve does not read"));
+  EXPECT_THAT(error([](io::GgufWriter& w) {
+                w.RemoveTensor("blk.0.attn_q.weight");
+                w.AddTensor("blk.0.attn_q.weight", {256, 32}, 0, std::string(256 * 32 * 4, '\0'));
+              }),
+              HasSubstr("blk.0.attn_q.weight has shape [32, 256] (ne reversed), but the config implies"));
+}
 
 }  // namespace
 }  // namespace moeserve::model

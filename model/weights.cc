@@ -211,30 +211,24 @@ void AllocateLayer(const ShardLayout& shard, const MatrixFormat& f, io::LayerTyp
 }
 
 // The float dtype of a load's matrices when --weight-dtype is not given: bf16 when the
-// checkpoint's matrices are bf16 or in GGML's block formats, else f32.
+// checkpoint's matrices are bf16, else f32 (f32, f16, and GGML's block formats, whose values
+// bf16 would round: a router in bf16 can pick other experts).
 DType ChooseMatrixDType(const std::vector<ResolvedTensor>& tensors) {
   for (const ResolvedTensor& t : tensors) {
-    const DType d = t.stored->dtype;
-    if (t.spec.kind == TensorKind::kLinear && (d == DType::kBF16 || IsGgmlBlockDType(d))) {
-      return DType::kBF16;
-    }
+    if (t.spec.kind == TensorKind::kLinear && t.stored->dtype == DType::kBF16) return DType::kBF16;
   }
   return DType::kF32;
 }
 
 // The packed format that holds a GGUF file's block-quantized matrices when --weight-dtype is not
-// given: int8 when most of their bytes are Q8_0, int4 otherwise (a Q4_K_M file's 4.5 to 6.6 bits
-// would not fit in memory at 8); nullopt when no matrix is block-quantized.
+// given: int8, whose one rounding of the format's values stays close to them (int4 would round
+// a 4- to 6-bit grid onto another; the memory plan names it when int8 does not fit); nullopt
+// when no matrix is block-quantized.
 std::optional<DType> ChooseBlockMatrixDType(const std::vector<ResolvedTensor>& tensors) {
-  uint64_t q8_bytes = 0, block_bytes = 0;
   for (const ResolvedTensor& t : tensors) {
-    const DType d = t.stored->dtype;
-    if (t.spec.kind != TensorKind::kLinear || !IsGgmlBlockDType(d)) continue;
-    block_bytes += t.stored->bytes.size();
-    if (d == DType::kGgmlQ8_0) q8_bytes += t.stored->bytes.size();
+    if (t.spec.kind == TensorKind::kLinear && IsGgmlBlockDType(t.stored->dtype)) return DType::kQ8;
   }
-  if (block_bytes == 0) return std::nullopt;
-  return 2 * q8_bytes > block_bytes ? DType::kQ8 : DType::kQ4;
+  return std::nullopt;
 }
 
 // The loader's phases, in order (LoadWeights).
