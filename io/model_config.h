@@ -82,6 +82,8 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;
   int64_t bos_token_id = -1;  // -1: none
   std::string torch_dtype;    // "bfloat16", ... ("" if absent)
+  // The matrices are stored in GGML's block formats (a GGUF file): loads default to int8.
+  bool block_quantized = false;
 
   // Derived sizes of the GDN layers (docs/spec/model.md §1.4).
   int64_t linear_key_dim() const { return linear_num_key_heads * linear_key_head_dim; }

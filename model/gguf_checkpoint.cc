@@ -186,9 +186,19 @@ Result<io::ModelConfig> GgufModelConfig(const GgufFile& file) {
   c.tie_word_embeddings = file.Find("output.weight") == nullptr;
   c.attention_bias = file.Find("blk.0.attn_q.bias") != nullptr;
   RETURN_IF_ERROR(ReadTokenIds(file, c));
+  // The stored precision: bf16 when the matrices are, else f32 (what a load widens to).
+  bool bf16 = false;
+  for (const GgufTensor& t : file.tensors()) {
+    const std::optional<DType> d = io::DTypeOfGgmlType(t.type);
+    if (t.ne.size() < 2 || !d) continue;
+    bf16 |= *d == DType::kBF16;
+    c.block_quantized |= IsGgmlBlockDType(*d);
+  }
+  c.torch_dtype = bf16 && !c.block_quantized ? "bfloat16" : "float32";
   // Through config.json's parser: the same defaults derived and the same bounds checked.
   Result<io::ModelConfig> parsed = io::ParseModelConfig(io::ModelConfigToJson(c));
   if (!parsed.ok()) return parsed.status().WithContext(file.path());
+  parsed->block_quantized = c.block_quantized;
   return parsed;
 }
 
