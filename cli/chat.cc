@@ -415,7 +415,7 @@ int Run(const Options& o, const FlagSet& flags) {
   if (!dir.ok()) return RuntimeError(kCommand, dir.status());
   Result<io::ModelConfig> model_config = model::LoadModelConfigAt(*dir);
   if (!model_config.ok()) return RuntimeError(kCommand, model_config.status());
-  Result<std::unique_ptr<tokenizer::Tokenizer>> tok = tokenizer::Tokenizer::LoadFromDir(*dir);
+  Result<std::unique_ptr<tokenizer::Tokenizer>> tok = LoadModelTokenizer(*dir);
   if (!tok.ok()) return RuntimeError(kCommand, tok.status());
   Result<tokenizer::ChatTemplate> chat_template = RequireChatTemplate(*dir, o.chat_template);
   if (!chat_template.ok()) {

@@ -22,6 +22,7 @@
 #include "cli/activation_dump.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/model_files.h"
 #include "cli/model_flags.h"
 #include "cli/prompts_file.h"
 #include "cli/sampling_flags.h"
@@ -342,7 +343,7 @@ int Run(const Options& o, const engine::SamplingParams& defaults) {
   // it only adds the text.
   Result<io::ModelConfig> model_config = model::LoadModelConfigAt(*dir);
   if (!model_config.ok()) return RuntimeError(kCommand, model_config.status());
-  Result<std::unique_ptr<tokenizer::Tokenizer>> tok = tokenizer::Tokenizer::LoadFromDir(*dir);
+  Result<std::unique_ptr<tokenizer::Tokenizer>> tok = LoadModelTokenizer(*dir);
   const ParseContext ctx{tok.ok() ? tok->get() : nullptr, tok.status(), model_config->vocab_size};
   std::vector<RequestSpec> specs;
   if (from_file) {

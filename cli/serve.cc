@@ -95,7 +95,7 @@ int Run(const Options& o) {
   if (!dir.ok()) return RuntimeError(kCommand, dir.status());
   Result<io::ModelConfig> config = model::LoadModelConfigAt(*dir);
   if (!config.ok()) return RuntimeError(kCommand, config.status());
-  Result<std::unique_ptr<tokenizer::Tokenizer>> tok = tokenizer::Tokenizer::LoadFromDir(*dir);
+  Result<std::unique_ptr<tokenizer::Tokenizer>> tok = LoadModelTokenizer(*dir);
   if (!tok.ok()) return RuntimeError(kCommand, tok.status());
   Result<std::optional<tokenizer::ChatTemplate>> chat = LoadChatTemplate(*dir, o.chat_template);
   if (!chat.ok() && !o.chat_template.empty()) return UsageError(kCommand, chat.status());
