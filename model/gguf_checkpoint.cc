@@ -27,7 +27,8 @@ struct ArchInfo {
 constexpr ArchInfo kArchitectures[] = {
     {"qwen3moe", Architecture::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe"},
     {"qwen3", Architecture::kQwen3, "Qwen3ForCausalLM", "qwen3"},
-    {"llama", Architecture::kLlama, "LlamaForCausalLM", "llama"},
+    // llama: not yet. llama.cpp's converter permutes its q and k rows (rope pairs
+    // interleaved), which the loader must undo before such a file gives the right numbers.
 };
 
 // Reads the metadata keys of one file, each checked for its type and range.

@@ -6,9 +6,9 @@
 //   - routed experts: one [E, out, in] tensor per projection (ffn_{gate,up,down}_exps), which
 //     each expert's tensor is a slice of;
 //   - names: blk.N.attn_q.weight for model.layers.N.self_attn.q_proj.weight, ... (GgufName).
-// Architectures: qwen3moe, qwen3 and llama (llama's q/k rows come back to Hugging Face's order
-// through the loader's row order, RowOrder). Tensor types: F32, F16, BF16 and GGML's block
-// formats (core/dtype.h).
+// Architectures: qwen3moe and qwen3 (llama, qwen3next and qwen35moe are refused, naming the
+// architecture, until their converter's transforms are undone). Tensor types: F32, F16, BF16
+// and GGML's block formats (core/dtype.h).
 #pragma once
 
 #include <memory>

@@ -31,9 +31,6 @@ const char kQwen3MoeFlags[] =
 const char kQwen3Flags[] =
     "--arch qwen3 --preset tiny --hidden-size 256 --num-layers 2 --intermediate-size 512 "
     "--vocab-size 512 --seed 4";
-const char kLlamaFlags[] =
-    "--arch llama --preset tiny --hidden-size 256 --num-layers 2 --intermediate-size 512 "
-    "--vocab-size 512 --seed 5";
 
 // A writer holding `dir` as GGUF with its matrices in `dtype`.
 io::GgufWriter WriterOf(const std::string& dir, DType dtype) {

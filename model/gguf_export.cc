@@ -66,7 +66,7 @@ Status AddGgufModel(const io::ModelConfig& config, const io::SafetensorsCheckpoi
                     DType matrix_dtype, io::GgufWriter& writer) {
   const std::string_view arch = GgufArchitectureName(config.architecture);
   if (arch.empty()) {
-    return Unimplemented("GGUF export covers qwen3moe, qwen3 and llama, not {}",
+    return Unimplemented("GGUF export covers qwen3moe and qwen3, not {}",
                          config.architecture_name);
   }
   AddKeys(config, arch, writer);
