@@ -108,6 +108,13 @@ Tensor::Tensor(void* data, DType dtype, std::span<const int64_t> shape)
     strides_[i] = stride;
     stride *= shape[i];
   }
+  if (IsGgmlBlockDType(dtype)) {
+    // Rows of whole blocks along the last dimension (TensorBytes).
+    CHECK(rank_ >= 1) << "a " << DTypeName(dtype) << " tensor of rank 0";
+    CHECK_EQ(shape_[rank_ - 1] % GgmlBlockWeights(dtype), 0)
+        << DTypeName(dtype) << " tensor " << ShapeString() << ": rows of "
+        << GgmlBlockWeights(dtype) << "-weight blocks";
+  }
 }
 
 int64_t Tensor::numel() const {
@@ -130,8 +137,14 @@ Tensor Tensor::Slice(size_t dim, int64_t begin, int64_t end) const {
   CHECK(!IsPackedDType(dtype_)) << "a view of part of a packed " << DTypeName(dtype_) << " matrix";
   CHECK(0 <= begin && begin <= end && end <= shape_[dim])
       << "slice [" << begin << ", " << end << ") of dim " << dim << " of " << ShapeString();
+  if (IsGgmlBlockDType(dtype_) && dim + 1 == rank_) {
+    const int64_t block = GgmlBlockWeights(dtype_);
+    CHECK(begin % block == 0 && end % block == 0)
+        << "slice [" << begin << ", " << end << ") of the rows of " << DTypeName(dtype_) << " "
+        << ShapeString() << " cuts its blocks of " << block << " weights";
+  }
   Tensor t = *this;
-  t.data_ = static_cast<std::byte*>(data_) + begin * strides_[dim] * DTypeSize(dtype_);
+  t.data_ = static_cast<std::byte*>(data_) + ElementOffsetBytes(dtype_, begin * strides_[dim]);
   t.shape_[dim] = end - begin;
   return t;
 }
@@ -156,9 +169,27 @@ size_t AlignUp(size_t n) { return (n + kTensorAlignment - 1) / kTensorAlignment 
 
 }  // namespace
 
+size_t ElementOffsetBytes(DType dtype, int64_t elements) {
+  CHECK(!IsPackedDType(dtype)) << "an element offset into a packed " << DTypeName(dtype)
+                               << " matrix";
+  if (!IsGgmlBlockDType(dtype)) return static_cast<size_t>(elements) * DTypeSize(dtype);
+  const int64_t block = GgmlBlockWeights(dtype);
+  CHECK_EQ(elements % block, 0) << "an offset of " << elements << " weights into "
+                                << DTypeName(dtype) << " blocks of " << block;
+  return static_cast<size_t>(elements / block) * GgmlBlockBytes(dtype);
+}
+
 size_t TensorBytes(DType dtype, std::span<const int64_t> shape) {
   int64_t n = 0;
   CHECK(CheckedNumel(shape, &n)) << "bad tensor shape";
+  if (IsGgmlBlockDType(dtype)) {
+    CHECK(!shape.empty()) << DTypeName(dtype) << " holds rows of blocks: rank 0";
+    const int64_t K = shape.back();
+    const int64_t block = GgmlBlockWeights(dtype);
+    CHECK_EQ(K % block, 0) << DTypeName(dtype) << " rows of " << K
+                           << " weights: not a multiple of its block of " << block;
+    return K == 0 ? 0 : static_cast<size_t>(n / K) * StoredRowBytes(dtype, K);
+  }
   if (!IsPackedDType(dtype)) return static_cast<size_t>(n) * DTypeSize(dtype);
   CHECK_EQ(shape.size(), size_t{2}) << DTypeName(dtype) << " holds [N, K] matrices only";
   const int64_t N = shape[0], K = shape[1];

@@ -24,8 +24,16 @@ inline constexpr size_t kTensorAlignment = 64;  // a cache line; what Highway's 
 // Bytes a contiguous tensor of `shape` occupies. Packed weight formats (IsPackedDType) are
 // [N, K] matrices laid out as their rows (N * K int8, or N * K / 2 bytes of 4-bit pairs), padded
 // to kTensorAlignment, then their scales (N f32, or N * K / kQ4Group f16); kQ4 / kQ4A8 need
-// K % kQ4Group == 0.
+// K % kQ4Group == 0. GGML block formats (IsGgmlBlockDType) are rows along the last dimension,
+// each StoredRowBytes(dtype, K) bytes of blocks with their scales inside, so a tensor of shape
+// [..., N, K] is numel / K such rows (K a multiple of GgmlBlockWeights(dtype)): exactly the
+// bytes a GGUF file stores, which a Tensor can view in place.
 size_t TensorBytes(DType dtype, std::span<const int64_t> shape);
+
+// Bytes from a tensor's first element to the one `elements` elements on in row-major order:
+// elements * DTypeSize for plain dtypes; for a GGML block format, whole blocks only (`elements`
+// a multiple of GgmlBlockWeights(dtype), else a CHECK fails).
+size_t ElementOffsetBytes(DType dtype, int64_t elements);
 
 // Bytes held by all live TensorStorage (each its size rounded up to kTensorAlignment), and the
 // most they held at once since the last ResetPeakTensorStorageBytes() (or the start): weights,
@@ -98,7 +106,8 @@ class Tensor {
     return static_cast<T*>(data_);
   }
 
-  // Views that share memory.
+  // Views that share memory. A GGML block format is sliced at whole blocks only: along the last
+  // dimension begin and end must be multiples of its block (rows along the others: any).
   Tensor Slice(size_t dim, int64_t begin, int64_t end) const;  // [begin, end) along dim
   Tensor Reshape(std::span<const int64_t> shape) const;        // contiguous only
   Tensor Reshape(std::initializer_list<int64_t> shape) const {

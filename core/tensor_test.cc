@@ -137,6 +137,61 @@ TEST(TensorDeathTest, RankAboveMaxCheckFails) {
   EXPECT_DEATH(Tensor(buf.data(), DType::kF32, {2, 2, 2, 2, 2, 2, 2}), "CHECK failed");
 }
 
+TEST(TensorTest, GgmlBlockRowsAreTheFileBytes) {
+  // Q4_K: 256 weights in 144 bytes; Q8_0: 32 in 34. A [N, K] tensor is N rows of K / block
+  // blocks, no scales after them: the bytes a GGUF file holds.
+  EXPECT_EQ(TensorBytes(DType::kGgmlQ4_K, std::vector<int64_t>{3, 512}), 3u * 2 * 144);
+  EXPECT_EQ(TensorBytes(DType::kGgmlQ8_0, std::vector<int64_t>{5, 96}), 5u * 3 * 34);
+  EXPECT_EQ(TensorBytes(DType::kGgmlQ6_K, std::vector<int64_t>{0, 256}), 0u);
+  // Rank 3 (a GGUF file's stacked experts [E, N, K]) is E * N rows.
+  EXPECT_EQ(TensorBytes(DType::kGgmlQ5_0, std::vector<int64_t>{2, 3, 64}), 6u * 2 * 22);
+  for (DType dtype : {DType::kGgmlQ8_0, DType::kGgmlQ4_0, DType::kGgmlQ4_1, DType::kGgmlQ5_0,
+                      DType::kGgmlQ5_1, DType::kGgmlQ4_K, DType::kGgmlQ5_K, DType::kGgmlQ6_K}) {
+    const int64_t K = 2 * GgmlBlockWeights(dtype);
+    EXPECT_EQ(TensorBytes(dtype, std::vector<int64_t>{7, K}), 7 * StoredRowBytes(dtype, K))
+        << DTypeName(dtype);
+    const OwnedTensor owned(dtype, {7, K});
+    EXPECT_EQ(owned.view().bytes(), 7 * StoredRowBytes(dtype, K)) << DTypeName(dtype);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(owned.view().data()) % kTensorAlignment, 0u);
+  }
+}
+
+TEST(TensorTest, GgmlBlockViewsOfRows) {
+  // A mapped [E * N, K] Q4_K tensor: expert e's rows by Slice, or by Reshape then Slice.
+  constexpr int64_t kE = 3, kN = 4, kK = 512;
+  const size_t row = StoredRowBytes(DType::kGgmlQ4_K, kK);  // 288
+  std::vector<std::byte> file(kE * kN * row);
+  const Tensor all(file.data(), DType::kGgmlQ4_K, {kE * kN, kK});
+  EXPECT_EQ(all.bytes(), file.size());
+  const Tensor expert = all.Slice(0, 2 * kN, 3 * kN);
+  EXPECT_EQ(expert.ShapeString(), "[4, 512]");
+  EXPECT_EQ(expert.data(), file.data() + 2 * kN * row);
+  EXPECT_TRUE(expert.contiguous());
+  EXPECT_EQ(expert.bytes(), kN * row);
+  const Tensor stacked = all.Reshape({kE, kN, kK});
+  const Tensor same = stacked.Slice(0, 2, 3).Reshape({kN, kK});
+  EXPECT_EQ(same.data(), expert.data());
+  EXPECT_EQ(stacked.Slice(1, 1, 3).data(), file.data() + row);  // rows 1, 2 of expert 0
+  // Columns at block boundaries: the second block of every row (not contiguous).
+  const Tensor second = all.Slice(1, 256, 512);
+  EXPECT_EQ(second.data(), file.data() + 144);
+  EXPECT_FALSE(second.contiguous());
+  EXPECT_EQ(ElementOffsetBytes(DType::kGgmlQ4_K, 3 * kK), 3 * row);
+  EXPECT_EQ(ElementOffsetBytes(DType::kF32, 3), 12u);
+}
+
+TEST(TensorDeathTest, GgmlBlockShapesCheckFail) {
+  std::vector<std::byte> buf(1024);
+  EXPECT_DEATH(Tensor(buf.data(), DType::kGgmlQ4_K, {2, 100}), "rows of 256-weight blocks");
+  EXPECT_DEATH(Tensor(buf.data(), DType::kGgmlQ8_0, {}), "rank 0");
+  EXPECT_DEATH(TensorBytes(DType::kGgmlQ8_0, std::vector<int64_t>{2, 33}),
+               "not a multiple of its block of 32");
+  const Tensor t(buf.data(), DType::kGgmlQ8_0, {2, 64});
+  EXPECT_DEATH(t.Slice(1, 16, 64), "cuts its blocks of 32 weights");
+  EXPECT_DEATH(t.Reshape({128}).Slice(0, 0, 16), "cuts its blocks");
+  EXPECT_DEATH(ElementOffsetBytes(DType::kGgmlQ8_0, 40), "offset of 40 weights");
+}
+
 TEST(OwnedTensorTest, AlignedAndZeroed) {
   // Odd sizes so that the allocation is not naturally a multiple of the alignment.
   for (int64_t cols : {1, 3, 17, 1000}) {
