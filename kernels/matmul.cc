@@ -32,6 +32,7 @@ HWY_AFTER_NAMESPACE();
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_ggml.h"
 #include "kernels/quantize.h"
 
 namespace moeserve::kernels {
@@ -52,19 +53,25 @@ namespace {
 // depend on it: the split only decides which thread computes an output.
 constexpr int64_t kRowAlign = 8;
 
-// Checks what both entry points need: W is a contiguous [N, K] matrix of bf16 or f32, x rows hold
-// at least K floats and y rows at least N (so rows never overlap).
+// Checks what both entry points need: W is a contiguous [N, K] matrix of a supported dtype, int8
+// activations are asked of a GGML block format only, x rows hold at least K floats and y rows at
+// least N (so rows never overlap).
 void CheckArguments(const float* x, int64_t x_stride, int64_t M, const Tensor& W, const float* y,
-                    int64_t y_stride) {
+                    int64_t y_stride, GgmlActivations activations) {
   CHECK_EQ(W.rank(), size_t{2}) << "MatMul: W must be [N, K], got " << W.ShapeString();
-  CHECK(W.dtype() == DType::kBF16 || W.dtype() == DType::kF32 || IsPackedDType(W.dtype()))
+  CHECK(W.dtype() == DType::kBF16 || W.dtype() == DType::kF32 || IsPackedDType(W.dtype()) ||
+        IsGgmlBlockDType(W.dtype()))
       << "MatMul: W dtype " << DTypeName(W.dtype())
-      << " is unsupported (bf16, f32, int8, int4, w8a8 or w4a8)";
+      << " is unsupported (bf16, f32, int8, int4, w8a8, w4a8 or a GGML block format)";
+  CHECK(activations == GgmlActivations::kF32 || IsGgmlBlockDType(W.dtype()))
+      << "MatMul: int8 activations are for GGML block formats; W is " << DTypeName(W.dtype())
+      << " (w8a8 and w4a8 quantize theirs by dtype)";
   CHECK(W.dtype() != DType::kQ8A8 || W.dim(1) <= kMaxQ8A8K)
       << "MatMul: w8a8 needs K <= " << kMaxQ8A8K << ", got " << W.ShapeString();
   CHECK(!IsInt4RowsDType(W.dtype()) || W.dim(1) % kQ4A8Block == 0)
       << "MatMul: " << DTypeName(W.dtype()) << " needs K divisible by " << kQ4A8Block << ", got "
       << W.ShapeString();
+  // (A GGML block-format tensor's K is a multiple of its block: the Tensor checks it.)
   CHECK(W.contiguous()) << "MatMul: W " << W.ShapeString() << " must be contiguous";
   CHECK_GE(M, 0) << "MatMul: M";
   if (M == 0) return;
@@ -76,6 +83,19 @@ void CheckArguments(const float* x, int64_t x_stride, int64_t M, const Tensor& W
   CHECK(y != nullptr || N == 0) << "MatMul: null y";
 }
 
+// True when a matmul quantizes its activations before the kernel: w8a8, w4a8, int4 by dtype, a
+// GGML block format when asked.
+bool QuantizesX(const Tensor& W, GgmlActivations activations) {
+  return QuantizesActivations(W.dtype()) ||
+         (IsGgmlBlockDType(W.dtype()) && activations == GgmlActivations::kInt8);
+}
+
+// Activations quantized for one W: moeserve's formats' rows, or a GGML block format's.
+struct QuantizedX {
+  Int8Rows rows;
+  GgmlInt8Rows ggml;
+};
+
 // w8a8 / w4a8 / int4: activations quantized once per call (not once per thread's range), on the
 // calling thread, into its own scratch, which keeps the largest size it has needed (no
 // allocation once the largest batch has run). Rows are padded to a multiple of 64 bytes.
@@ -86,7 +106,7 @@ struct ActivationScratch {
   size_t rows = 0;  // in use
   size_t bytes = 0;
   size_t sum_count = 0;
-  std::vector<Int8Rows> jobs;  // MatMulGroup: job j's quantized rows (those jobs only)
+  std::vector<QuantizedX> jobs;  // MatMulGroup: job j's quantized rows (those jobs only)
 };
 
 ActivationScratch& ThreadScratch() {
@@ -96,10 +116,18 @@ ActivationScratch& ThreadScratch() {
 
 // Bytes of one plane of a quantized row (int4 rows hold two).
 size_t PlaneBytes(int64_t K) { return (static_cast<size_t>(K) + 63) / 64 * 64; }
-size_t RowBytes(DType dtype, int64_t K) { return (dtype == DType::kQ4 ? 2 : 1) * PlaneBytes(K); }
+// Bytes of a quantized row: GGML block formats' rows hold their scales and sums too.
+size_t RowBytes(DType dtype, int64_t K) {
+  if (IsGgmlBlockDType(dtype)) {
+    return GgmlInt8Rows::RowBytes(static_cast<size_t>(K),
+                                  static_cast<size_t>(GgmlActivationBlock(dtype)));
+  }
+  return (dtype == DType::kQ4 ? 2 : 1) * PlaneBytes(K);
+}
 
-// The sums a quantized row carries: w8a8 one, w4a8 and int4 one per group.
+// The sums a quantized row carries: w8a8 one, w4a8 and int4 one per group (GGML: in its row).
 size_t SumsPerRow(DType dtype, int64_t K) {
+  if (IsGgmlBlockDType(dtype)) return 0;
   return IsInt4RowsDType(dtype) ? static_cast<size_t>(K / kQ4Group) : 1;
 }
 
@@ -120,10 +148,18 @@ void Reserve(ActivationScratch& s, int64_t rows, int64_t K, DType dtype) {
 }
 
 // Quantizes M rows of x for W's dtype into the scratch at `at`, advancing it.
-Int8Rows Quantize(const float* x, int64_t x_stride, int64_t M, const Tensor& W,
-                  ActivationScratch& s, ScratchCursor& at) {
+QuantizedX Quantize(const float* x, int64_t x_stride, int64_t M, const Tensor& W,
+                    ActivationScratch& s, ScratchCursor& at) {
   const int64_t K = W.dim(1);
   const DType dtype = W.dtype();
+  if (IsGgmlBlockDType(dtype)) {
+    const size_t block = static_cast<size_t>(GgmlActivationBlock(dtype));
+    std::byte* out = reinterpret_cast<std::byte*>(s.q.data() + at.byte);
+    ggml_matmul::QuantizeActivations(x, static_cast<size_t>(x_stride), static_cast<size_t>(M),
+                                     static_cast<size_t>(K), block, out);
+    at.byte += static_cast<size_t>(M) * RowBytes(dtype, K);
+    return {Int8Rows{}, GgmlInt8Rows{out, RowBytes(dtype, K), static_cast<size_t>(K), block}};
+  }
   const Int8Rows out{s.q.data() + at.byte,     RowBytes(dtype, K),
                      s.scales.data() + at.row, s.sums.data() + at.sum,
                      SumsPerRow(dtype, K),     dtype == DType::kQ4 ? PlaneBytes(K) : 0};
@@ -146,15 +182,20 @@ Int8Rows Quantize(const float* x, int64_t x_stride, int64_t M, const Tensor& W,
   at.row += static_cast<size_t>(M);
   at.byte += static_cast<size_t>(M) * out.stride;
   at.sum += static_cast<size_t>(M) * out.sums_stride;
-  return out;
+  return {out, GgmlInt8Rows{}};
 }
 
-// y rows [n_begin, n_end) of a w8a8 / w4a8 matrix from activations Quantize made for it.
-void DispatchQuantized(const Int8Rows& xq, int64_t M, const Tensor& W, int64_t n_begin,
+// y rows [n_begin, n_end) of a w8a8 / w4a8 / int4 / GGML (int8 activations) matrix from
+// activations Quantize made for it.
+void DispatchQuantized(const QuantizedX& quantized, int64_t M, const Tensor& W, int64_t n_begin,
                        int64_t n_end, float* y, int64_t y_stride) {
   const size_t m = static_cast<size_t>(M), K = static_cast<size_t>(W.dim(1));
   const size_t begin = static_cast<size_t>(n_begin), end = static_cast<size_t>(n_end);
-  if (W.dtype() == DType::kQ4) {
+  const Int8Rows& xq = quantized.rows;
+  if (IsGgmlBlockDType(W.dtype())) {
+    ggml_matmul::MatMulRangeInt8(quantized.ggml, m, W.dtype(), W.data_as<const std::byte>(), K,
+                                 begin, end, y, static_cast<size_t>(y_stride));
+  } else if (W.dtype() == DType::kQ4) {
     HWY_DYNAMIC_DISPATCH(MatMulRangeQ4Impl)
     (xq, m, W.data_as<const uint8_t>(), PackedGroupScales(W), K, begin, end, y,
      static_cast<size_t>(y_stride));
@@ -169,8 +210,16 @@ void DispatchQuantized(const Int8Rows& xq, int64_t M, const Tensor& W, int64_t n
   }
 }
 
+// y rows [n_begin, n_end) from f32 activations.
 void Dispatch(const float* x, int64_t x_stride, int64_t M, const Tensor& W, int64_t n_begin,
               int64_t n_end, float* y, int64_t y_stride) {
+  if (IsGgmlBlockDType(W.dtype())) {
+    ggml_matmul::MatMulRangeF32(x, static_cast<size_t>(x_stride), static_cast<size_t>(M),
+                                W.dtype(), W.data_as<const std::byte>(),
+                                static_cast<size_t>(W.dim(1)), static_cast<size_t>(n_begin),
+                                static_cast<size_t>(n_end), y, static_cast<size_t>(y_stride));
+    return;
+  }
   HWY_DYNAMIC_DISPATCH(MatMulRangeImpl)
   (x, static_cast<size_t>(x_stride), static_cast<size_t>(M), W.data(), W.dtype(),
    IsPackedDType(W.dtype()) ? PackedScales(W) : nullptr, static_cast<size_t>(W.dim(1)),
@@ -180,17 +229,27 @@ void Dispatch(const float* x, int64_t x_stride, int64_t M, const Tensor& W, int6
 }  // namespace
 
 void MatMulRange(const float* x, int64_t x_stride, int64_t M, const Tensor& W, int64_t n_begin,
-                 int64_t n_end, float* y, int64_t y_stride) {
-  CheckArguments(x, x_stride, M, W, y, y_stride);
+                 int64_t n_end, float* y, int64_t y_stride, GgmlActivations activations) {
+  CheckArguments(x, x_stride, M, W, y, y_stride, activations);
   CHECK(0 <= n_begin && n_begin <= n_end && n_end <= W.dim(0))
       << "MatMulRange: [" << n_begin << ", " << n_end << ") is outside N of W " << W.ShapeString();
   if (M == 0 || n_begin == n_end) return;
+  if (IsGgmlBlockDType(W.dtype()) && activations == GgmlActivations::kInt8) {
+    // Quantized here, on this thread (MatMul and MatMulGroup quantize once per call instead).
+    ActivationScratch& scratch = ThreadScratch();
+    scratch.rows = scratch.bytes = scratch.sum_count = 0;
+    Reserve(scratch, M, W.dim(1), W.dtype());
+    ScratchCursor at;
+    const QuantizedX xq = Quantize(x, x_stride, M, W, scratch, at);
+    DispatchQuantized(xq, M, W, n_begin, n_end, y, y_stride);
+    return;
+  }
   Dispatch(x, x_stride, M, W, n_begin, n_end, y, y_stride);
 }
 
 void MatMul(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float* y,
-            int64_t y_stride, ThreadPool& pool) {
-  CheckArguments(x, x_stride, M, W, y, y_stride);
+            int64_t y_stride, ThreadPool& pool, GgmlActivations activations) {
+  CheckArguments(x, x_stride, M, W, y, y_stride, activations);
   const int64_t N = W.dim(0);
   if (M == 0 || N == 0) return;
   // Task t takes row tiles [t * tiles / tasks, (t + 1) * tiles / tasks): contiguous ranges that
@@ -200,12 +259,12 @@ void MatMul(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float*
   auto tile_begin = [&](size_t t) {
     return std::min<int64_t>(N, static_cast<int64_t>(t * tiles / tasks) * kRowAlign);
   };
-  if (QuantizesActivations(W.dtype())) {
+  if (QuantizesX(W, activations)) {
     ActivationScratch& scratch = ThreadScratch();
     scratch.rows = scratch.bytes = scratch.sum_count = 0;
     Reserve(scratch, M, W.dim(1), W.dtype());
     ScratchCursor at;
-    const Int8Rows xq = Quantize(x, x_stride, M, W, scratch, at);
+    const QuantizedX xq = Quantize(x, x_stride, M, W, scratch, at);
     pool.ParallelFor(tasks, [&](size_t t, size_t) {
       DispatchQuantized(xq, M, W, tile_begin(t), tile_begin(t + 1), y, y_stride);
     });
@@ -225,19 +284,24 @@ void MatMulGroup(const MatMulJob* jobs, int64_t num_jobs, ThreadPool& pool) {
   const size_t parts = pool.num_threads();
   for (int64_t j = 0; j < num_jobs; ++j) {
     const MatMulJob& job = jobs[j];
-    CheckArguments(job.x, job.x_stride, job.M, *job.W, job.y, job.y_stride);
+    CheckArguments(job.x, job.x_stride, job.M, *job.W, job.y, job.y_stride, job.activations);
   }
   // w8a8 / w4a8 jobs' activations, quantized before the parallel loop; a job whose x and
   // format are the previous such job's (an expert's gate and up) shares its rows.
   ActivationScratch& scratch = ThreadScratch();
   scratch.rows = scratch.bytes = scratch.sum_count = 0;
   auto quantizes = [&](int64_t j) {
-    return QuantizesActivations(jobs[j].W->dtype()) && jobs[j].M > 0;
+    return QuantizesX(*jobs[j].W, jobs[j].activations) && jobs[j].M > 0;
+  };
+  // GGML formats of the same block size share quantized rows (Q4_K and Q6_K: 256).
+  auto same_format = [&](DType a, DType b) {
+    return a == b || (IsGgmlBlockDType(a) && IsGgmlBlockDType(b) &&
+                      GgmlActivationBlock(a) == GgmlActivationBlock(b));
   };
   auto same_x = [&](int64_t j, int64_t i) {
     return jobs[i].x == jobs[j].x && jobs[i].x_stride == jobs[j].x_stride &&
            jobs[i].M == jobs[j].M && jobs[i].W->dim(1) == jobs[j].W->dim(1) &&
-           jobs[i].W->dtype() == jobs[j].W->dtype();
+           same_format(jobs[i].W->dtype(), jobs[j].W->dtype());
   };
   int64_t previous = -1;  // the last job with quantized rows
   for (int64_t j = 0; j < num_jobs; ++j) {
@@ -249,7 +313,7 @@ void MatMulGroup(const MatMulJob* jobs, int64_t num_jobs, ThreadPool& pool) {
   }
   // Only those jobs' entries are used; sized on first use of a larger group, then kept. (Through
   // the reference: the tasks run on the pool's threads, whose own scratch this is not.)
-  std::vector<Int8Rows>& quantized = scratch.jobs;
+  std::vector<QuantizedX>& quantized = scratch.jobs;
   if (quantized.size() < static_cast<size_t>(num_jobs)) quantized.resize(num_jobs);
   ScratchCursor at;
   previous = -1;
@@ -272,7 +336,7 @@ void MatMulGroup(const MatMulJob* jobs, int64_t num_jobs, ThreadPool& pool) {
     auto tile_begin = [&](size_t i) {
       return std::min<int64_t>(N, static_cast<int64_t>(i * tiles / tasks) * kRowAlign);
     };
-    if (QuantizesActivations(job.W->dtype())) {
+    if (QuantizesX(*job.W, job.activations)) {
       DispatchQuantized(quantized[task / parts], job.M, *job.W, tile_begin(t), tile_begin(t + 1),
                         job.y, job.y_stride);
       return;

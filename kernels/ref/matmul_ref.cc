@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/dtype.h"
 #include "kernels/quantize.h"
+#include "kernels/ref/ggml_blocks_ref.h"
 
 namespace moeserve::kernels::ref {
 
@@ -80,20 +81,127 @@ void MatMulQ4(const float* x, int64_t x_stride, int64_t M, const Tensor& W, int3
   }
 }
 
+// ---- GGML block formats with int8 activations (kernels/matmul_ggml.h).
+
+uint32_t Bits(const uint8_t* block, int64_t byte, int64_t shift, uint32_t mask) {
+  return (static_cast<uint32_t>(block[byte]) >> shift) & mask;
+}
+
+// Weight k of a block as the integers of kernels/matmul_ggml.h: its term of I (coefficient of p)
+// and of J, read from the layouts kernels/ggml_blocks.h documents.
+struct IntegerWeight {
+  int64_t i_term;
+  int64_t j_term;
+};
+IntegerWeight WeightAt(DType dtype, const uint8_t* b, int64_t k) {
+  switch (dtype) {
+    case DType::kGgmlQ8_0:
+      return {static_cast<int8_t>(b[2 + k]), 0};
+    case DType::kGgmlQ4_0:
+    case DType::kGgmlQ4_1:
+    case DType::kGgmlQ5_0:
+    case DType::kGgmlQ5_1: {
+      const bool affine = dtype == DType::kGgmlQ4_1 || dtype == DType::kGgmlQ5_1;
+      const bool fifth = dtype == DType::kGgmlQ5_0 || dtype == DType::kGgmlQ5_1;
+      const int64_t qh = affine ? 4 : 2;         // the u32 of fifth bits (Q5)
+      const int64_t qs = qh + (fifth ? 4 : 0);   // 16 bytes of nibbles
+      int64_t q = Bits(b, qs + k % 16, k < 16 ? 0 : 4, 15);
+      if (fifth) q += 16 * Bits(b, qh + k / 8, k % 8, 1);
+      if (affine) return {q, 1};
+      return {q - (fifth ? 16 : 8), 0};
+    }
+    case DType::kGgmlQ4_K:
+    case DType::kGgmlQ5_K: {
+      const bool five = dtype == DType::kGgmlQ5_K;
+      const int64_t j = k / 32, i = k % 32;
+      const uint8_t* s = b + 4;
+      const int64_t sc = j < 4 ? (s[j] & 63) : (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+      const int64_t m = j < 4 ? (s[j + 4] & 63) : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+      int64_t q = Bits(b, (five ? 48 : 16) + 32 * (j / 2) + i, 4 * (j % 2), 15);
+      if (five) q += 16 * Bits(b, 16 + i, j, 1);
+      return {sc * q, -m};
+    }
+    case DType::kGgmlQ6_K: {
+      const int64_t h = k / 128, t = (k / 32) % 4, i = k % 32;
+      const int64_t low = Bits(b, 64 * h + 32 * (t % 2) + i, 4 * (t / 2), 15);
+      const int64_t high = Bits(b, 128 + 32 * h + i, 2 * t, 3);
+      const int64_t sc = static_cast<int8_t>(b[192 + k / 16]);
+      return {sc * (low + 16 * high - 32), 0};
+    }
+    default:
+      CHECK(false) << DTypeName(dtype);
+      __builtin_unreachable();
+  }
+}
+
+bool HasOffset(DType dtype) {
+  return dtype == DType::kGgmlQ4_1 || dtype == DType::kGgmlQ5_1 || dtype == DType::kGgmlQ4_K ||
+         dtype == DType::kGgmlQ5_K;
+}
+
+// The block's f16 factors: d (s = d a) and the offset's o (t = o a), m or dmin.
+void BlockFactors(DType dtype, const uint8_t* b, float* d, float* o) {
+  auto half = [&](int64_t at) { return F16ToF32(static_cast<uint16_t>(b[at] | b[at + 1] << 8)); };
+  *d = half(dtype == DType::kGgmlQ6_K ? 208 : 0);
+  *o = HasOffset(dtype) ? half(2) : 0.0f;
+}
+
+void MatMulGgmlInt8(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float* y,
+                    int64_t y_stride) {
+  const DType dtype = W.dtype();
+  const int64_t N = W.dim(0), K = W.dim(1), B = GgmlBlockWeights(dtype);
+  const size_t row_bytes = StoredRowBytes(dtype, K), block_bytes = GgmlBlockBytes(dtype);
+  std::vector<int32_t> p(static_cast<size_t>(K));
+  std::vector<float> a(static_cast<size_t>(K / B));
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t b = 0; b < K / B; ++b) {
+      QuantizeActivationRow(x + m * x_stride + b * B, B, 127, p.data() + b * B, &a[b]);
+    }
+    for (int64_t n = 0; n < N; ++n) {
+      float acc[8] = {};
+      for (int64_t b = 0; b < K / B; ++b) {
+        const uint8_t* block = W.data_as<const uint8_t>() + n * row_bytes + b * block_bytes;
+        int64_t I = 0, J = 0;
+        for (int64_t k = 0; k < B; ++k) {
+          const IntegerWeight w = WeightAt(dtype, block, k);
+          I += w.i_term * p[b * B + k];
+          J += w.j_term * p[b * B + k];
+        }
+        CHECK(I == static_cast<int32_t>(I) && J == static_cast<int32_t>(J));
+        float d = 0.0f, o = 0.0f;
+        BlockFactors(dtype, block, &d, &o);
+        float& lane = acc[b % 8];
+        lane = std::fma(static_cast<float>(I), d * a[b], lane);
+        if (HasOffset(dtype)) lane = std::fma(static_cast<float>(J), o * a[b], lane);
+      }
+      const float t0 = acc[0] + acc[4], t1 = acc[1] + acc[5];
+      const float t2 = acc[2] + acc[6], t3 = acc[3] + acc[7];
+      y[m * y_stride + n] = (t0 + t2) + (t1 + t3);
+    }
+  }
+}
+
 }  // namespace
 
 void MatMul(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float* y,
-            int64_t y_stride) {
+            int64_t y_stride, GgmlActivations activations) {
   CHECK_EQ(W.rank(), size_t{2}) << "ref::MatMul: W must be [N, K], got " << W.ShapeString();
-  CHECK(W.dtype() == DType::kBF16 || W.dtype() == DType::kF32 || IsPackedDType(W.dtype()))
+  CHECK(W.dtype() == DType::kBF16 || W.dtype() == DType::kF32 || IsPackedDType(W.dtype()) ||
+        IsGgmlBlockDType(W.dtype()))
       << "ref::MatMul: W dtype " << DTypeName(W.dtype())
-      << " is unsupported (bf16, f32, int8, int4, w8a8 or w4a8)";
+      << " is unsupported (bf16, f32, int8, int4, w8a8, w4a8 or a GGML block format)";
+  CHECK(activations == GgmlActivations::kF32 || IsGgmlBlockDType(W.dtype()))
+      << "ref::MatMul: int8 activations are for GGML block formats";
   CHECK(W.contiguous()) << "ref::MatMul: W " << W.ShapeString() << " must be contiguous";
   CHECK_GE(M, 0);
   const int64_t N = W.dim(0);
   const int64_t K = W.dim(1);
   if (M > 0) CHECK_GE(x_stride, K);
   if (M > 1) CHECK_GE(y_stride, N);
+  if (IsGgmlBlockDType(W.dtype()) && activations == GgmlActivations::kInt8) {
+    MatMulGgmlInt8(x, x_stride, M, W, y, y_stride);
+    return;
+  }
   if (W.dtype() == DType::kQ8A8) {
     CHECK_LE(K, kMaxQ8A8K);
     const int8_t* q = W.data_as<const int8_t>();
@@ -117,10 +225,18 @@ void MatMul(const float* x, int64_t x_stride, int64_t M, const Tensor& W, float*
   const bool bf16 = W.dtype() == DType::kBF16;
   const uint16_t* w16 = W.data_as<const uint16_t>();
   const float* w32 = W.data_as<const float>();
-  std::vector<float> row(IsPackedDType(W.dtype()) ? K : 0);
+  const bool ggml = IsGgmlBlockDType(W.dtype());
+  std::vector<float> row(IsPackedDType(W.dtype()) || ggml ? K : 0);
   for (int64_t n = 0; n < N; ++n) {
-    // A packed row as the weights it stands for (kernels/quantize.h defines them).
-    if (!row.empty()) DequantizeRow(W, n, row.data());
+    // A packed or GGML row as the weights it stands for (kernels/quantize.h and
+    // kernels/ggml_blocks.h define them).
+    if (ggml) {
+      DequantizeGgmlRowRef(W.dtype(),
+                           W.data_as<const std::byte>() + n * StoredRowBytes(W.dtype(), K),
+                           row.data(), K);
+    } else if (!row.empty()) {
+      DequantizeRow(W, n, row.data());
+    }
     for (int64_t m = 0; m < M; ++m) {
       const float* xm = x + m * x_stride;
       // In order, in double: each product of two floats is exact in double, and the sum keeps

@@ -1,0 +1,688 @@
+// Per-target bodies of the GGML block-format matmul (kernels/matmul_ggml.h has the arithmetic of
+// both activation modes), for inclusion from foreach_target translation units:
+// kernels/matmul_ggml.cc dispatches to them. The tiles walk a range of W rows with
+// matmul_common-inl.h's ForEachPass, like every other format's.
+//
+//   kF32: each block of a tile's W rows is decoded by ggml_blocks-inl.h's block functions (the
+//     bits of DequantizeGgmlRow) into an L1 buffer of the tile, then multiplied into the f32
+//     accumulators one vector at a time for every x row of the pass.
+//   kInt8: per block, the codes meet the quantized activations in integer dot products: on x86
+//     from AVX2 on, vpmaddubsw (unsigned codes times signed p, pairs into int16) then vpmaddwd by
+//     the sub-block's scale (pairs into int32, scaled), one horizontal sum per block; elsewhere
+//     scalar integer loops. The blocks' integer sums then go into the 8 f32 accumulators of the
+//     spec, 8 blocks at a time.
+//
+// Tiles never have fewer rows than their shape: a tile at the end of the range (or a pass at the
+// end of the batch) repeats its last W row (x row) for the missing ones and does not store their
+// outputs, so each format compiles one tile per x-row count, not one per shape.
+//
+// No #pragma once: foreach_target.h includes this once per target, and the guard below toggles
+// with HWY_TARGET_TOGGLE so that each pass compiles it again inside that target's namespace.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "core/dtype.h"
+#include "hwy/highway.h"
+#include "kernels/ggml_blocks-inl.h"
+#include "kernels/matmul_common-inl.h"
+#include "kernels/matmul_ggml.h"
+
+#if defined(MOESERVE_KERNELS_MATMUL_GGML_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef MOESERVE_KERNELS_MATMUL_GGML_INL_H_
+#undef MOESERVE_KERNELS_MATMUL_GGML_INL_H_
+#else
+#define MOESERVE_KERNELS_MATMUL_GGML_INL_H_
+#endif
+
+HWY_BEFORE_NAMESPACE();
+// AVX-512 VNNI on AVX3_DL, as in every matmul file (matmul_common-inl.h).
+#if HWY_TARGET == HWY_AVX3_DL
+HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512vnni")
+#endif
+namespace moeserve::kernels::HWY_NAMESPACE {
+
+namespace ggml_matmul_internal {  // helpers (ODR: see matmul_common-inl.h)
+
+namespace hn = hwy::HWY_NAMESPACE;
+namespace mi = matmul_internal;
+namespace gb = ggml_blocks;
+
+#undef MOESERVE_GGML_X86_INT8
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+#define MOESERVE_GGML_X86_INT8 1
+#else
+#define MOESERVE_GGML_X86_INT8 0
+#endif
+
+// ---- Formats: a block's weights and bytes, and its exact f32 decoding (ggml_blocks-inl.h).
+
+template <DType kDType>
+struct Format;
+#define MOESERVE_GGML_FORMAT(dtype, weights, bytes, decode)                      \
+  template <>                                                                    \
+  struct Format<DType::dtype> {                                                  \
+    static constexpr size_t kWeights = weights, kBytes = bytes;                  \
+    static HWY_INLINE void Decode(const uint8_t* HWY_RESTRICT b, float* HWY_RESTRICT out) { \
+      decode(b, out);                                                            \
+    }                                                                            \
+  };
+MOESERVE_GGML_FORMAT(kGgmlQ8_0, 32, 34, gb::BlockQ8_0)
+MOESERVE_GGML_FORMAT(kGgmlQ4_0, 32, 18, gb::BlockQ4_0)
+MOESERVE_GGML_FORMAT(kGgmlQ4_1, 32, 20, gb::BlockQ4_1)
+MOESERVE_GGML_FORMAT(kGgmlQ5_0, 32, 22, gb::BlockQ5_0)
+MOESERVE_GGML_FORMAT(kGgmlQ5_1, 32, 24, gb::BlockQ5_1)
+MOESERVE_GGML_FORMAT(kGgmlQ4_K, 256, 144, gb::BlockQ4_KOrQ5_K<false>)
+MOESERVE_GGML_FORMAT(kGgmlQ5_K, 256, 176, gb::BlockQ4_KOrQ5_K<true>)
+MOESERVE_GGML_FORMAT(kGgmlQ6_K, 256, 210, gb::BlockQ6_K)
+#undef MOESERVE_GGML_FORMAT
+
+// Prefetches block `b` of W row `row` (bytes per row, block bytes) into L2.
+HWY_INLINE void PrefetchBlock(const uint8_t* w, size_t row, size_t row_bytes, size_t b,
+                              size_t block_bytes) {
+  // An integer address: the last line may lie past W's end, where no pointer may point (a
+  // prefetch never faults).
+  const uintptr_t at = reinterpret_cast<uintptr_t>(w) + row * row_bytes + b * block_bytes;
+  for (size_t off = 0; off < block_bytes; off += mi::kLineBytes) {
+    __builtin_prefetch(reinterpret_cast<const void*>(at + off), 0, 2);
+  }
+}
+
+// Tile shapes: kM x rows per pass (1 .. kMaxM) over RowsFor(kM) W rows. Passes of fewer x rows
+// than the shape (the batch's last) use the tile of their own kM with the shape's rows.
+inline constexpr size_t kMaxM = mi::kMaxAccumulators >= 24 ? 4 : 3;
+constexpr size_t RowsFor(size_t m) { return std::min<size_t>(8, mi::kMaxAccumulators / m); }
+inline mi::TileShape ChooseShape(size_t M) {
+  const size_t m = std::min(M, kMaxM);
+  return {RowsFor(m), m};
+}
+
+// ---- kF32.
+
+using DF = hn::CappedTag<float, 16>;  // as ggml_blocks-inl.h: a vector never straddles a block
+using VF = hn::Vec<DF>;
+
+// y[i, r] for i < ms, r < rows from x rows m0 + i (x + i * x_stride) and W rows n0 + r, with
+// kM >= ms, kRows >= rows (missing rows repeat the last one; their outputs are not stored).
+template <DType kDType, size_t kRows, size_t kM>
+void TileF32(const float* HWY_RESTRICT x, size_t x_stride, size_t ms, const uint8_t* HWY_RESTRICT w,
+             size_t row_bytes, size_t K, size_t n0, size_t rows, size_t next,
+             float* HWY_RESTRICT y, size_t y_stride) {
+  using Fmt = Format<kDType>;
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  const uint8_t* HWY_RESTRICT wr[kRows];
+  for (size_t r = 0; r < kRows; ++r) wr[r] = w + (n0 + std::min(r, rows - 1)) * row_bytes;
+  const float* HWY_RESTRICT xr[kM];
+  for (size_t i = 0; i < kM; ++i) xr[i] = x + std::min(i, ms - 1) * x_stride;
+  HWY_ALIGN float buf[kRows][Fmt::kWeights];
+  VF acc[kM][kRows];
+  for (size_t i = 0; i < kM; ++i) {
+    for (size_t r = 0; r < kRows; ++r) acc[i][r] = hn::Zero(df);
+  }
+  const size_t blocks = K / Fmt::kWeights;
+  for (size_t b = 0; b < blocks; ++b) {
+    for (size_t r = 0; r < kRows; ++r) {
+      if (next != mi::kNoRow) PrefetchBlock(w, next + r, row_bytes, b, Fmt::kBytes);
+      Fmt::Decode(wr[r] + b * Fmt::kBytes, buf[r]);
+    }
+    const size_t k0 = b * Fmt::kWeights;
+    for (size_t v = 0; v < Fmt::kWeights; v += L) {
+      VF xv[kM];
+      for (size_t i = 0; i < kM; ++i) xv[i] = hn::LoadU(df, xr[i] + k0 + v);
+      for (size_t r = 0; r < kRows; ++r) {
+        const VF wv = hn::Load(df, buf[r] + v);
+        for (size_t i = 0; i < kM; ++i) acc[i][r] = hn::MulAdd(wv, xv[i], acc[i][r]);
+      }
+    }
+  }
+  for (size_t i = 0; i < ms; ++i) {
+    for (size_t r = 0; r < rows; ++r) {
+      y[i * y_stride + r] = hn::GetLane(hn::SumOfLanes(df, acc[i][r]));
+    }
+  }
+}
+
+template <DType kDType>
+void MatMulRangeF32T(const float* HWY_RESTRICT x, size_t x_stride, size_t M,
+                     const uint8_t* HWY_RESTRICT w, size_t K, size_t n_begin, size_t n_end,
+                     float* HWY_RESTRICT y, size_t y_stride) {
+  using Fmt = Format<kDType>;
+  const size_t row_bytes = K / Fmt::kWeights * Fmt::kBytes;
+  const mi::TileShape shape = ChooseShape(M);
+  mi::ForEachPass(
+      M, n_begin, n_end, shape, K * sizeof(float), row_bytes, [](size_t, size_t) {},
+      [&](size_t n, size_t rows, size_t next, size_t m, size_t ms, bool first) {
+        const float* xm = x + m * x_stride;
+        float* ym = y + m * y_stride + n;
+        const size_t ahead = first ? next : mi::kNoRow;
+        // The shape's rows with the pass's own x-row count (ms <= shape.m).
+        switch (shape.m * 8 + ms) {
+#define MOESERVE_GGML_F32_TILE(kShapeM, kMs)                                                   \
+  case kShapeM * 8 + kMs:                                                                      \
+    return TileF32<kDType, RowsFor(kShapeM), kMs>(xm, x_stride, ms, w, row_bytes, K, n, rows, \
+                                                  ahead, ym, y_stride);
+          MOESERVE_GGML_F32_TILE(1, 1)
+          MOESERVE_GGML_F32_TILE(2, 2)
+          MOESERVE_GGML_F32_TILE(3, 3)
+          MOESERVE_GGML_F32_TILE(3, 1)
+          MOESERVE_GGML_F32_TILE(3, 2)
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+          MOESERVE_GGML_F32_TILE(4, 4)
+          MOESERVE_GGML_F32_TILE(4, 1)
+          MOESERVE_GGML_F32_TILE(4, 2)
+          MOESERVE_GGML_F32_TILE(4, 3)
+#endif
+#undef MOESERVE_GGML_F32_TILE
+          default:
+            HWY_ASSERT(false);
+        }
+      });
+}
+
+// ---- kInt8.
+
+// An f16 at p (any alignment) widened exactly; NaN payloads may come out quieted here and not in
+// F16ToF32, which no result can tell apart: every f16 is multiplied before it is used.
+HWY_INLINE float HalfAt(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, sizeof(h));
+#if MOESERVE_GGML_X86_INT8
+  return _cvtsh_ss(h);
+#else
+  return F16ToF32(h);
+#endif
+}
+
+// Q4_K / Q5_K's 8 six-bit scales and mins from their 12 bytes (kernels/ggml_blocks.h): sub-block
+// j < 4 keeps scale and min in the low 6 bits of bytes j and j + 4; j >= 4 has the low 4 bits in
+// byte j + 4 (scale low nibble, min high nibble) and the top 2 in bits 6, 7 of bytes j - 4 (scale)
+// and j (min). Byte j of *scales, *mins: sub-block j's.
+HWY_INLINE void UnpackScalesAndMins(const uint8_t* s, uint64_t* scales, uint64_t* mins) {
+  uint32_t a, b, c;
+  std::memcpy(&a, s, 4);
+  std::memcpy(&b, s + 4, 4);
+  std::memcpy(&c, s + 8, 4);
+  const uint32_t scale_low = a & 0x3f3f3f3fu, min_low = b & 0x3f3f3f3fu;
+  const uint32_t scale_high = (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u);
+  const uint32_t min_high = ((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u);
+  *scales = scale_low | uint64_t{scale_high} << 32;
+  *mins = min_low | uint64_t{min_high} << 32;
+}
+HWY_INLINE int32_t ByteOf(uint64_t bytes, size_t j) {
+  return static_cast<int32_t>((bytes >> (8 * j)) & 0xff);
+}
+
+// One weight block's exact sums against one activation block (matmul_ggml.h: I, and J for the
+// formats with an offset), and the block's f32 factors d (s = d a) and offset factor (t = o a).
+struct BlockFactors {
+  float d, offset;
+};
+
+// The scalar sums every target can run (the targets below AVX2 run these).
+template <DType kDType>
+HWY_INLINE void ScalarSums(const uint8_t* HWY_RESTRICT b, const int8_t* HWY_RESTRICT p,
+                           int32_t* I, int32_t* J) {
+  int32_t i_sum = 0, j_sum = 0;
+  if constexpr (kDType == DType::kGgmlQ8_0) {
+    for (size_t i = 0; i < 32; ++i) i_sum += static_cast<int8_t>(b[2 + i]) * p[i];
+  } else if constexpr (kDType == DType::kGgmlQ4_0 || kDType == DType::kGgmlQ4_1 ||
+                       kDType == DType::kGgmlQ5_0 || kDType == DType::kGgmlQ5_1) {
+    constexpr bool kFifth = kDType == DType::kGgmlQ5_0 || kDType == DType::kGgmlQ5_1;
+    constexpr bool kAffine = kDType == DType::kGgmlQ4_1 || kDType == DType::kGgmlQ5_1;
+    constexpr size_t kHigh = kAffine ? 4 : 2, kQs = kHigh + (kFifth ? 4 : 0);
+    constexpr int32_t kBias = kAffine ? 0 : kFifth ? 16 : 8;
+    uint32_t fifth = 0;
+    if (kFifth) std::memcpy(&fifth, b + kHigh, 4);
+    for (size_t i = 0; i < 32; ++i) {
+      int32_t q = i < 16 ? b[kQs + i] & 15 : b[kQs + i - 16] >> 4;
+      if (kFifth) q |= static_cast<int32_t>((fifth >> i) & 1) << 4;
+      i_sum += (q - kBias) * p[i];
+      j_sum += p[i];
+    }
+  } else if constexpr (kDType == DType::kGgmlQ4_K || kDType == DType::kGgmlQ5_K) {
+    constexpr bool kFive = kDType == DType::kGgmlQ5_K;
+    uint64_t scales, mins;
+    UnpackScalesAndMins(b + 4, &scales, &mins);
+    const uint8_t* qs = b + (kFive ? 48 : 16);
+    for (size_t j = 0; j < 8; ++j) {
+      int32_t dot = 0, sum = 0;
+      for (size_t i = 0; i < 32; ++i) {
+        int32_t q = (qs[32 * (j / 2) + i] >> (4 * (j % 2))) & 15;
+        if (kFive) q |= ((b[16 + i] >> j) & 1) << 4;
+        dot += q * p[32 * j + i];
+        sum += p[32 * j + i];
+      }
+      i_sum += ByteOf(scales, j) * dot;
+      j_sum -= ByteOf(mins, j) * sum;
+    }
+  } else {
+    static_assert(kDType == DType::kGgmlQ6_K);
+    const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
+    for (size_t s = 0; s < 16; ++s) {
+      int32_t dot = 0;
+      for (size_t k = 16 * s; k < 16 * s + 16; ++k) {
+        const size_t h = k / 128, t = (k / 32) % 4, i = k % 32;
+        const int32_t low = (b[64 * h + 32 * (t % 2) + i] >> (4 * (t / 2))) & 15;
+        const int32_t top = (b[128 + 32 * h + i] >> (2 * t)) & 3;
+        dot += ((low | top << 4) - 32) * p[k];
+      }
+      i_sum += scales[s] * dot;
+    }
+  }
+  *I = i_sum;
+  *J = j_sum;
+}
+
+template <DType kDType>
+HWY_INLINE BlockFactors Factors(const uint8_t* HWY_RESTRICT b) {
+  if constexpr (kDType == DType::kGgmlQ6_K) {
+    return {HalfAt(b + 208), 0.0f};
+  } else if constexpr (kDType == DType::kGgmlQ4_1 || kDType == DType::kGgmlQ5_1 ||
+                       kDType == DType::kGgmlQ4_K || kDType == DType::kGgmlQ5_K) {
+    return {HalfAt(b), HalfAt(b + 2)};
+  } else {
+    return {HalfAt(b), 0.0f};
+  }
+}
+
+template <DType kDType>
+inline constexpr bool kHasOffset = kDType == DType::kGgmlQ4_1 || kDType == DType::kGgmlQ5_1 ||
+                                   kDType == DType::kGgmlQ4_K || kDType == DType::kGgmlQ5_K;
+
+#if MOESERVE_GGML_X86_INT8
+// The sum of v's 8 int32 lanes (exact: every partial sum is bounded by the total's bound).
+HWY_INLINE int32_t SumLanes(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// 32 unsigned codes times 32 signed p, summed in pairs (int16, no saturation: |pair| <= 2 * 63 *
+// 127) and then, scaled by `scale` (int16 lanes), in pairs into 8 int32 lanes.
+HWY_INLINE __m256i ScaledDot(__m256i codes, const int8_t* HWY_RESTRICT p, __m256i scale) {
+  const __m256i pairs =
+      _mm256_maddubs_epi16(codes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm256_madd_epi16(pairs, scale);
+}
+
+// A block's codes as unsigned bytes in weight order (32 a vector), decoded once per W row and
+// block, and its integer scales as vpmaddwd multipliers; Sums then takes one x row.
+struct X86Q8_0Block {
+  __m256i magnitude, q;  // |q| (unsigned) and q, for vpsignb
+  HWY_INLINE explicit X86Q8_0Block(const uint8_t* b) {
+    q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+    magnitude = _mm256_sign_epi8(q, q);  // -128 -> 0x80, read as unsigned 128
+  }
+  HWY_INLINE void Sums(const int8_t* HWY_RESTRICT p, const int16_t*, int32_t* I, int32_t*) const {
+    const __m256i pv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    // |q| * p sign(q) in pairs: at most 2 * 128 * 127 < 2^15.
+    const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(pv, q));
+    *I = SumLanes(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  }
+};
+
+// Q4_0, Q4_1, Q5_0, Q5_1: 32 codes from 16 bytes of nibbles (byte i: weights i and i + 16) and,
+// for Q5, the u32 of fifth bits at kHigh.
+template <bool kFifth, bool kAffine>
+struct X86SmallBlock {
+  static constexpr size_t kHigh = kAffine ? 4 : 2, kQs = kHigh + (kFifth ? 4 : 0);
+  static constexpr int32_t kBias = kAffine ? 0 : kFifth ? 16 : 8;
+  __m256i codes;
+  HWY_INLINE explicit X86SmallBlock(const uint8_t* b) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + kQs));
+    const __m128i nibble = _mm_set1_epi8(15);
+    codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), nibble),
+                             _mm_and_si128(bytes, nibble));
+    if constexpr (kFifth) {
+      uint32_t fifth;
+      std::memcpy(&fifth, b + kHigh, 4);
+      // Byte i gets byte i / 8 of the bits, then keeps bit i % 8 as 16.
+      const __m256i spread = _mm256_shuffle_epi8(
+          _mm256_set1_epi32(static_cast<int32_t>(fifth)),
+          _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+      const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+      const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+      codes = _mm256_or_si256(codes, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+    }
+  }
+  HWY_INLINE void Sums(const int8_t* HWY_RESTRICT p, const int16_t* HWY_RESTRICT sums, int32_t* I,
+                       int32_t* J) const {
+    const int32_t dot = SumLanes(ScaledDot(codes, p, _mm256_set1_epi16(1)));
+    const int32_t p_sum = sums[0] + sums[1];
+    *I = dot - kBias * p_sum;
+    *J = p_sum;
+  }
+};
+
+// Q4_K, Q5_K: sub-block j's 32 codes are the low (j even) or high nibbles of qs[32 (j / 2) ..],
+// [Q5_K: bit j of qh[0 .. 32) as 16]; each vector meets its sub-block's scale in vpmaddwd, and
+// the mins meet the x row's 16-sums (paired) in one more.
+template <bool kFive>
+struct X86KBlock {
+  __m256i codes[8], scales[8], mins;  // mins: int16 lanes 2j, 2j + 1 hold m_j
+  HWY_INLINE explicit X86KBlock(const uint8_t* b) {
+    uint64_t sc, mn;
+    UnpackScalesAndMins(b + 4, &sc, &mn);
+    const __m128i sc16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc)));
+    const __m256i both = _mm256_broadcastsi128_si256(sc16);
+    for (size_t j = 0; j < 8; ++j) {
+      // Every int16 lane takes lane j of sc16 (its bytes 2j, 2j + 1).
+      const int16_t pick = static_cast<int16_t>((2 * j) | (2 * j + 1) << 8);
+      scales[j] = _mm256_shuffle_epi8(both, _mm256_set1_epi16(pick));
+    }
+    const __m128i m8 = _mm_cvtsi64_si128(static_cast<int64_t>(mn));
+    mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+    const uint8_t* qs = b + (kFive ? 48 : 16);
+    const __m256i nibble = _mm256_set1_epi8(15);
+    __m256i high = _mm256_setzero_si256();
+    if constexpr (kFive) high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
+    for (size_t t = 0; t < 4; ++t) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * t));
+      codes[2 * t] = _mm256_and_si256(v, nibble);
+      codes[2 * t + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+      if constexpr (kFive) {
+        const __m256i one = _mm256_set1_epi8(1);
+        for (size_t h = 0; h < 2; ++h) {
+          const int j = static_cast<int>(2 * t + h);
+          const __m256i bit = _mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128(j)), one);
+          codes[2 * t + h] = _mm256_or_si256(codes[2 * t + h], _mm256_slli_epi16(bit, 4));
+        }
+      }
+    }
+  }
+  HWY_INLINE void Sums(const int8_t* HWY_RESTRICT p, const int16_t* HWY_RESTRICT sums, int32_t* I,
+                       int32_t* J) const {
+    __m256i acc = ScaledDot(codes[0], p, scales[0]);
+    for (size_t j = 1; j < 8; ++j) {
+      acc = _mm256_add_epi32(acc, ScaledDot(codes[j], p + 32 * j, scales[j]));
+    }
+    *I = SumLanes(acc);
+    *J = -SumLanes(
+        _mm256_madd_epi16(mins, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums))));
+  }
+};
+
+// Q6_K: vector g (weights 32g .. 32g + 31, h = g / 4, t = g % 4) holds low nibbles of
+// ql[64h + 32 (t % 2) ..] (high halves if t >= 2) and bits 2t, 2t + 1 of qh[32h ..] as bits 4, 5;
+// its two sub-blocks of 16 meet their int8 scales in vpmaddwd; the code offset 32 comes off
+// as 32 sum_s sc_s (sum of p over s), from the x row's 16-sums.
+struct X86Q6_KBlock {
+  __m256i codes[8], scales[8], scales16;
+  HWY_INLINE explicit X86Q6_KBlock(const uint8_t* b) {
+    const __m256i nibble = _mm256_set1_epi8(15), two = _mm256_set1_epi8(3);
+    for (size_t h = 0; h < 2; ++h) {
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h));
+      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32));
+      const __m256i top = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
+      const __m256i low[4] = {_mm256_and_si256(a, nibble), _mm256_and_si256(c, nibble),
+                              _mm256_and_si256(_mm256_srli_epi16(a, 4), nibble),
+                              _mm256_and_si256(_mm256_srli_epi16(c, 4), nibble)};
+      for (size_t t = 0; t < 4; ++t) {
+        const __m256i bits =
+            _mm256_and_si256(_mm256_srl_epi16(top, _mm_cvtsi32_si128(static_cast<int>(2 * t))),
+                             two);
+        codes[4 * h + t] = _mm256_or_si256(low[t], _mm256_slli_epi16(bits, 4));
+      }
+    }
+    scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)));
+    const __m256i first = _mm256_permute2x128_si256(scales16, scales16, 0x00);
+    const __m256i second = _mm256_permute2x128_si256(scales16, scales16, 0x11);
+    for (size_t g = 0; g < 8; ++g) {
+      // Lanes 0-7: scale 2g, lanes 8-15: scale 2g + 1 (int16 lanes 2 (g % 4) and + 1 of their
+      // half of scales16).
+      const int8_t lo = static_cast<int8_t>(4 * (g % 4)), hi = static_cast<int8_t>(4 * (g % 4) + 2);
+      const __m256i pick = _mm256_setr_epi8(lo, lo + 1, lo, lo + 1, lo, lo + 1, lo, lo + 1, lo,
+                                            lo + 1, lo, lo + 1, lo, lo + 1, lo, lo + 1, hi, hi + 1,
+                                            hi, hi + 1, hi, hi + 1, hi, hi + 1, hi, hi + 1, hi,
+                                            hi + 1, hi, hi + 1, hi, hi + 1);
+      scales[g] = _mm256_shuffle_epi8(g < 4 ? first : second, pick);
+    }
+  }
+  HWY_INLINE void Sums(const int8_t* HWY_RESTRICT p, const int16_t* HWY_RESTRICT sums, int32_t* I,
+                       int32_t*) const {
+    __m256i acc = ScaledDot(codes[0], p, scales[0]);
+    for (size_t g = 1; g < 8; ++g) {
+      acc = _mm256_add_epi32(acc, ScaledDot(codes[g], p + 32 * g, scales[g]));
+    }
+    const __m256i offsets =
+        _mm256_madd_epi16(scales16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums)));
+    *I = SumLanes(_mm256_sub_epi32(acc, _mm256_slli_epi32(offsets, 5)));
+  }
+};
+
+// The decoder of each format.
+template <DType kDType>
+struct X86BlockOf;
+template <>
+struct X86BlockOf<DType::kGgmlQ8_0> {
+  using type = X86Q8_0Block;
+};
+template <>
+struct X86BlockOf<DType::kGgmlQ4_0> {
+  using type = X86SmallBlock<false, false>;
+};
+template <>
+struct X86BlockOf<DType::kGgmlQ4_1> {
+  using type = X86SmallBlock<false, true>;
+};
+template <>
+struct X86BlockOf<DType::kGgmlQ5_0> {
+  using type = X86SmallBlock<true, false>;
+};
+template <>
+struct X86BlockOf<DType::kGgmlQ5_1> {
+  using type = X86SmallBlock<true, true>;
+};
+template <>
+struct X86BlockOf<DType::kGgmlQ4_K> {
+  using type = X86KBlock<false>;
+};
+template <>
+struct X86BlockOf<DType::kGgmlQ5_K> {
+  using type = X86KBlock<true>;
+};
+template <>
+struct X86BlockOf<DType::kGgmlQ6_K> {
+  using type = X86Q6_KBlock;
+};
+template <DType kDType>
+using X86Block = typename X86BlockOf<kDType>::type;
+#endif  // MOESERVE_GGML_X86_INT8
+
+// The spec's f32 step for 8 blocks of one output: acc[l] = fma(float(I[l]), d[l] a[l], acc[l]),
+// then with an offset fma(float(J[l]), o[l] a[l], acc[l]).
+template <bool kOffset>
+HWY_INLINE void AddBlocks(const int32_t* HWY_RESTRICT I, const int32_t* HWY_RESTRICT J,
+                          const float* HWY_RESTRICT d, const float* HWY_RESTRICT o,
+                          const float* HWY_RESTRICT a, float* HWY_RESTRICT acc) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  const __m256 av = _mm256_loadu_ps(a);
+  __m256 sum = _mm256_loadu_ps(acc);
+  sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(I))),
+                        _mm256_mul_ps(_mm256_loadu_ps(d), av), sum);
+  if constexpr (kOffset) {
+    sum = _mm256_fmadd_ps(
+        _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(J))),
+        _mm256_mul_ps(_mm256_loadu_ps(o), av), sum);
+  }
+  _mm256_storeu_ps(acc, sum);
+#else
+  for (size_t l = 0; l < 8; ++l) {
+    acc[l] = std::fma(static_cast<float>(I[l]), d[l] * a[l], acc[l]);
+    if (kOffset) acc[l] = std::fma(static_cast<float>(J[l]), o[l] * a[l], acc[l]);
+  }
+#endif
+}
+
+// y[i, r] for i < ms, r < rows (as TileF32) from quantized x rows m0 + i and W rows n0 + r.
+template <DType kDType, size_t kRows, size_t kM>
+void TileInt8(const GgmlInt8Rows& xq, size_t m0, size_t ms, const uint8_t* HWY_RESTRICT w,
+              size_t row_bytes, size_t K, size_t n0, size_t rows, size_t next,
+              float* HWY_RESTRICT y, size_t y_stride) {
+  using Fmt = Format<kDType>;
+  constexpr size_t B = Fmt::kWeights, kSumsPerBlock = B / 16;
+  constexpr bool kOffset = kHasOffset<kDType>;
+  const uint8_t* HWY_RESTRICT wr[kRows];
+  for (size_t r = 0; r < kRows; ++r) wr[r] = w + (n0 + std::min(r, rows - 1)) * row_bytes;
+  const int8_t* HWY_RESTRICT p[kM];
+  const float* HWY_RESTRICT a[kM];
+  const int16_t* HWY_RESTRICT sums[kM];
+  for (size_t i = 0; i < kM; ++i) {
+    const size_t m = m0 + std::min(i, ms - 1);
+    p[i] = xq.p(m);
+    a[i] = xq.scales(m);
+    sums[i] = xq.sums(m);
+  }
+  HWY_ALIGN float acc[kM][kRows][8] = {};
+  const size_t blocks = K / B;
+  for (size_t b0 = 0; b0 < blocks; b0 += 8) {
+    const size_t count = std::min<size_t>(8, blocks - b0);
+    // Blocks past the row's end add fma(0, 0 * 0, acc) = acc (no accumulator is ever -0).
+    HWY_ALIGN int32_t I[kM][kRows][8] = {}, J[kM][kRows][8] = {};
+    HWY_ALIGN float d[kRows][8] = {}, o[kRows][8] = {}, as[kM][8] = {};
+    for (size_t i = 0; i < kM; ++i) std::copy(a[i] + b0, a[i] + b0 + count, as[i]);
+    for (size_t l = 0; l < count; ++l) {
+      const size_t b = b0 + l;
+      for (size_t r = 0; r < kRows; ++r) {
+        if (next != mi::kNoRow) PrefetchBlock(w, next + r, row_bytes, b, Fmt::kBytes);
+        const uint8_t* HWY_RESTRICT block = wr[r] + b * Fmt::kBytes;
+        const BlockFactors f = Factors<kDType>(block);
+        d[r][l] = f.d;
+        o[r][l] = f.offset;
+#if MOESERVE_GGML_X86_INT8
+        const X86Block<kDType> codes(block);
+        for (size_t i = 0; i < kM; ++i) {
+          codes.Sums(p[i] + b * B, sums[i] + b * kSumsPerBlock, &I[i][r][l], &J[i][r][l]);
+        }
+#else
+        (void)kSumsPerBlock;
+        (void)sums;
+        for (size_t i = 0; i < kM; ++i) {
+          ScalarSums<kDType>(block, p[i] + b * B, &I[i][r][l], &J[i][r][l]);
+        }
+#endif
+      }
+    }
+    for (size_t i = 0; i < kM; ++i) {
+      for (size_t r = 0; r < kRows; ++r) {
+        AddBlocks<kOffset>(I[i][r], J[i][r], d[r], o[r], as[i], acc[i][r]);
+      }
+    }
+  }
+  for (size_t i = 0; i < ms; ++i) {
+    for (size_t r = 0; r < rows; ++r) {
+      const float* HWY_RESTRICT lanes = acc[i][r];
+      const float t0 = lanes[0] + lanes[4], t1 = lanes[1] + lanes[5];
+      const float t2 = lanes[2] + lanes[6], t3 = lanes[3] + lanes[7];
+      y[i * y_stride + r] = (t0 + t2) + (t1 + t3);
+    }
+  }
+}
+
+template <DType kDType>
+void MatMulRangeInt8T(const GgmlInt8Rows& xq, size_t M, const uint8_t* HWY_RESTRICT w, size_t K,
+                      size_t n_begin, size_t n_end, float* HWY_RESTRICT y, size_t y_stride) {
+  using Fmt = Format<kDType>;
+  const size_t row_bytes = K / Fmt::kWeights * Fmt::kBytes;
+  const mi::TileShape shape = ChooseShape(M);
+  mi::ForEachPass(
+      M, n_begin, n_end, shape, xq.stride, row_bytes, [](size_t, size_t) {},
+      [&](size_t n, size_t rows, size_t next, size_t m, size_t ms, bool first) {
+        float* ym = y + m * y_stride + n;
+        const size_t ahead = first ? next : mi::kNoRow;
+        switch (shape.m * 8 + ms) {
+#define MOESERVE_GGML_INT8_TILE(kShapeM, kMs)                                                   \
+  case kShapeM * 8 + kMs:                                                                       \
+    return TileInt8<kDType, RowsFor(kShapeM), kMs>(xq, m, ms, w, row_bytes, K, n, rows, ahead, \
+                                                   ym, y_stride);
+          MOESERVE_GGML_INT8_TILE(1, 1)
+          MOESERVE_GGML_INT8_TILE(2, 2)
+          MOESERVE_GGML_INT8_TILE(3, 3)
+          MOESERVE_GGML_INT8_TILE(3, 1)
+          MOESERVE_GGML_INT8_TILE(3, 2)
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+          MOESERVE_GGML_INT8_TILE(4, 4)
+          MOESERVE_GGML_INT8_TILE(4, 1)
+          MOESERVE_GGML_INT8_TILE(4, 2)
+          MOESERVE_GGML_INT8_TILE(4, 3)
+#endif
+#undef MOESERVE_GGML_INT8_TILE
+          default:
+            HWY_ASSERT(false);
+        }
+      });
+}
+
+// Calls fn.template operator()<dtype>() for a GGML block dtype.
+template <class Fn>
+HWY_INLINE void WithFormat(DType dtype, const Fn& fn) {
+  switch (dtype) {
+    case DType::kGgmlQ8_0: return fn.template operator()<DType::kGgmlQ8_0>();
+    case DType::kGgmlQ4_0: return fn.template operator()<DType::kGgmlQ4_0>();
+    case DType::kGgmlQ4_1: return fn.template operator()<DType::kGgmlQ4_1>();
+    case DType::kGgmlQ5_0: return fn.template operator()<DType::kGgmlQ5_0>();
+    case DType::kGgmlQ5_1: return fn.template operator()<DType::kGgmlQ5_1>();
+    case DType::kGgmlQ4_K: return fn.template operator()<DType::kGgmlQ4_K>();
+    case DType::kGgmlQ5_K: return fn.template operator()<DType::kGgmlQ5_K>();
+    case DType::kGgmlQ6_K: return fn.template operator()<DType::kGgmlQ6_K>();
+    default: HWY_ASSERT(false);
+  }
+}
+
+}  // namespace ggml_matmul_internal
+
+// kernels/matmul_ggml.h's ggml_matmul::MatMulRangeF32 on this target.
+inline void MatMulRangeGgmlF32Impl(const float* HWY_RESTRICT x, size_t x_stride, size_t M,
+                                   DType dtype, const std::byte* w, size_t K, size_t n_begin,
+                                   size_t n_end, float* HWY_RESTRICT y, size_t y_stride) {
+  const auto* bytes = reinterpret_cast<const uint8_t*>(w);
+  ggml_matmul_internal::WithFormat(dtype, [&]<DType kDType>() {
+    ggml_matmul_internal::MatMulRangeF32T<kDType>(x, x_stride, M, bytes, K, n_begin, n_end, y,
+                                                  y_stride);
+  });
+}
+
+// ggml_matmul::QuantizeActivations on this target: each block as w8a8 quantizes a row
+// (matmul_common-inl.h: QuantizeActivationRow), then the sums of p over each 16.
+inline void QuantizeGgmlActivationsImpl(const float* HWY_RESTRICT x, size_t x_stride, size_t M,
+                                        size_t K, size_t block, std::byte* out) {
+  const size_t stride = GgmlInt8Rows::RowBytes(K, block);
+  const GgmlInt8Rows rows{out, stride, K, block};
+  for (size_t m = 0; m < M; ++m) {
+    auto* p = const_cast<int8_t*>(rows.p(m));
+    auto* scales = const_cast<float*>(rows.scales(m));
+    auto* sums = const_cast<int16_t*>(rows.sums(m));
+    for (size_t b = 0; b < K / block; ++b) {
+      matmul_internal::QuantizeActivationRow(x + m * x_stride + b * block, block, p + b * block,
+                                             &scales[b]);
+    }
+    for (size_t s = 0; s < K / 16; ++s) {
+      int32_t sum = 0;
+      for (size_t k = 16 * s; k < 16 * s + 16; ++k) sum += p[k];
+      sums[s] = static_cast<int16_t>(sum);
+    }
+  }
+}
+
+// ggml_matmul::MatMulRangeInt8 on this target.
+inline void MatMulRangeGgmlInt8Impl(const GgmlInt8Rows& xq, size_t M, DType dtype,
+                                    const std::byte* w, size_t K, size_t n_begin, size_t n_end,
+                                    float* HWY_RESTRICT y, size_t y_stride) {
+  const auto* bytes = reinterpret_cast<const uint8_t*>(w);
+  ggml_matmul_internal::WithFormat(dtype, [&]<DType kDType>() {
+    ggml_matmul_internal::MatMulRangeInt8T<kDType>(xq, M, bytes, K, n_begin, n_end, y, y_stride);
+  });
+}
+
+}  // namespace moeserve::kernels::HWY_NAMESPACE
+#if HWY_TARGET == HWY_AVX3_DL
+HWY_POP_ATTRIBUTES
+#endif
+HWY_AFTER_NAMESPACE();
+
+#endif  // MOESERVE_KERNELS_MATMUL_GGML_INL_H_
