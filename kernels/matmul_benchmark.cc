@@ -1,5 +1,6 @@
 // MatMul weight-read throughput against the measured read bandwidth (the decode roofline).
-// Run: build/release/kernels/matmul_benchmark (MOESERVE_ISA=avx2 for the AVX2 kernels)
+// Run: build/release/kernels/matmul_benchmark (--isa avx2, or MOESERVE_ISA=avx2, for the AVX2
+// kernels)
 //
 // Each benchmark cycles through copies of W that together far exceed the last-level cache, so
 // every call streams its weights from DRAM as decoding does (each weight is read once per token).
@@ -10,12 +11,15 @@
 //   roofline_ratio    weight_GB/s / read_GB/s: 1.0 is the memory roofline
 //   GFLOP/s           2 * M * N * K per call (what matters once M is large enough to be
 //                     compute-bound)
+//   fma_ratio         GFLOP/s / kernels::MeasureFmaPeak on the same pool (BM_MatMulGgml): 1.0 is
+//                     the f32 FMA peak, the prefill ceiling
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -25,6 +29,7 @@
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "kernels/benchmark_main.h"
+#include "kernels/fma_peak.h"
 #include "kernels/matmul.h"
 #include "kernels/memory_bandwidth.h"
 #include "kernels/quantize.h"
@@ -34,6 +39,25 @@ namespace {
 
 // Copies of W add up to at least this much: eight times the 32 MiB L3 of the project's machine.
 constexpr size_t kColdBytes = size_t{256} << 20;
+
+// A GGML block-format row's bytes: deterministic bytes with every f16 field (scales, mins) set
+// to a small value (the kernels' speed does not depend on the values).
+void FillGgmlRow(DType dtype, std::byte* row, int64_t K, size_t seed) {
+  const size_t bytes = StoredRowBytes(dtype, K), block = GgmlBlockBytes(dtype);
+  for (size_t i = 0; i < bytes; ++i) {
+    row[i] = static_cast<std::byte>(((i + seed) * 2654435761u) >> 24);
+  }
+  const uint16_t small = F32ToF16(0.01f);
+  for (size_t b = 0; b < bytes / block; ++b) {
+    std::byte* at = row + b * block;
+    if (dtype == DType::kGgmlQ6_K) {
+      std::memcpy(at + 208, &small, 2);
+    } else {
+      std::memcpy(at, &small, 2);
+      std::memcpy(at + 2, &small, 2);  // m / dmin where the format has one (else codes)
+    }
+  }
+}
 
 // Copies of one W [N, K] in one allocation, filled with small deterministic values.
 class WeightCopies {
@@ -47,6 +71,12 @@ class WeightCopies {
     std::vector<float> row(static_cast<size_t>(K));
     for (size_t c = 0; c < copies_; ++c) {
       std::byte* base = storage_.data() + c * stride_;
+      if (IsGgmlBlockDType(dtype)) {
+        for (int64_t n = 0; n < N; ++n) {
+          FillGgmlRow(dtype, base + n * StoredRowBytes(dtype, K), K, c * N + n);
+        }
+        continue;
+      }
       for (int64_t n = 0; n < N; ++n) {
         for (int64_t k = 0; k < K; ++k) {
           // Values do not change the speed; a multiplicative hash keeps them varied, in
@@ -195,6 +225,63 @@ void MatMulGroupArgs(benchmark::internal::Benchmark* b) {
   }
 }
 BENCHMARK(BM_MatMulGroup)->Apply(MatMulGroupArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// GGML block formats read in place, as a GGUF file's tensors (kernels/matmul_ggml.h), with f32
+// or int8 activations: MatMul of M rows against a cold copy of W [N, K]. Shapes of
+// Qwen3-30B-A3B: [768, 2048] an expert's gate or up, [6144, 2048] 8 experts' gate and up (what
+// one decode step streams per layer), [2048, 768] an expert's down projection.
+// Args: N, K, M, dtype (kGgmlDTypes), activations (0 f32, 1 int8), threads.
+constexpr DType kGgmlDTypes[] = {DType::kGgmlQ4_K, DType::kGgmlQ6_K, DType::kGgmlQ8_0,
+                                 DType::kGgmlQ4_0, DType::kGgmlQ5_K, DType::kGgmlQ5_0,
+                                 DType::kGgmlQ4_1, DType::kGgmlQ5_1};
+
+void BM_MatMulGgml(benchmark::State& state) {
+  const int64_t N = state.range(0), K = state.range(1), M = state.range(2);
+  const DType dtype = kGgmlDTypes[state.range(3)];
+  const GgmlActivations activations =
+      state.range(4) == 0 ? GgmlActivations::kF32 : GgmlActivations::kInt8;
+  ThreadPool pool(static_cast<size_t>(state.range(5)));
+  const WeightCopies& weights = GetWeights(dtype, N, K);
+  std::vector<float> x(static_cast<size_t>(M * K));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 13) * 0.125f - 0.75f;
+  std::vector<float> y(static_cast<size_t>(M * N));
+  const double read_gb_per_s = MeasureReadBandwidth(pool, size_t{256} << 20, 3).gb_per_s;
+  const double fma_gflops = MeasureFmaPeak(pool).gflops;
+  size_t c = 0;
+  const Stopwatch watch;
+  for (auto _ : state) {
+    MatMul(x.data(), K, M, weights.copy(c), y.data(), N, pool, activations);
+    if (++c == weights.copies()) c = 0;
+    benchmark::ClobberMemory();
+  }
+  const double seconds = std::max(watch.ElapsedSeconds(), 1e-9);
+  const double calls = static_cast<double>(state.iterations());
+  const double bytes = static_cast<double>(weights.bytes());
+  const double gflops = calls * 2.0 * static_cast<double>(M * N * K) / seconds * 1e-9;
+  state.SetBytesProcessed(static_cast<int64_t>(calls * bytes));
+  state.counters["weight_GB/s"] = calls * bytes / seconds * 1e-9;
+  state.counters["read_GB/s"] = read_gb_per_s;
+  state.counters["roofline_ratio"] = calls * bytes / seconds * 1e-9 / read_gb_per_s;
+  state.counters["GFLOP/s"] = gflops;
+  state.counters["fma_ratio"] = gflops / fma_gflops;
+}
+
+void MatMulGgmlArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"N", "K", "M", "dtype", "act", "threads"});
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{768, 2048}, {6144, 2048}, {2048, 768}}) {
+    for (int64_t dtype = 0; dtype < std::ssize(kGgmlDTypes); ++dtype) {
+      for (int64_t M : {1, 8, 128}) {
+        for (int64_t act : {0, 1}) {
+          // One thread, and two for the largest shape (the other core is shared: a pool's join
+          // can cost more than a small product).
+          b->Args({N, K, M, dtype, act, 1});
+          if (N == 6144) b->Args({N, K, M, dtype, act, 2});
+        }
+      }
+    }
+  }
+}
+BENCHMARK(BM_MatMulGgml)->Apply(MatMulGgmlArgs)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // The kernels' compute ceiling: one small W [N, K] read over and over from L2 (no memory
 // traffic), M rows, one thread. weight_GB/s here is how fast a core could consume weights if

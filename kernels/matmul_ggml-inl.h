@@ -8,9 +8,9 @@
 //     accumulators one vector at a time for every x row of the pass.
 //   kInt8: per block, the codes meet the quantized activations in integer dot products: on x86
 //     from AVX2 on, vpmaddubsw (unsigned codes times signed p, pairs into int16) then vpmaddwd by
-//     the sub-block's scale (pairs into int32, scaled), one horizontal sum per block; elsewhere
-//     scalar integer loops. The blocks' integer sums then go into the 8 f32 accumulators of the
-//     spec, 8 blocks at a time.
+//     the sub-block's scale (pairs into int32, scaled), which leaves the spec's 8 lanes (bytes
+//     4l .. 4l + 3 of each 32) in a vector's 8 int32 lanes: converted and fused into the 8 f32
+//     accumulators with no horizontal sum until the output's end; elsewhere scalar loops.
 //
 // Tiles never have fewer rows than their shape: a tile at the end of the range (or a pass at the
 // end of the batch) repeats its last W row (x row) for the missing ones and does not store their
@@ -216,113 +216,111 @@ HWY_INLINE int32_t ByteOf(uint64_t bytes, size_t j) {
   return static_cast<int32_t>((bytes >> (8 * j)) & 0xff);
 }
 
-// One weight block's exact sums against one activation block (matmul_ggml.h: I, and J for the
-// formats with an offset), and the block's f32 factors d (s = d a) and offset factor (t = o a).
+template <DType kDType>
+inline constexpr bool kHasOffset = kDType == DType::kGgmlQ4_1 || kDType == DType::kGgmlQ5_1 ||
+                                   kDType == DType::kGgmlQ4_K || kDType == DType::kGgmlQ5_K;
+
+// The block's f32 factors: d (s = d a) and the offset's o (t = o a): m or dmin.
 struct BlockFactors {
   float d, offset;
 };
-
-// The scalar sums every target can run (the targets below AVX2 run these).
-template <DType kDType>
-HWY_INLINE void ScalarSums(const uint8_t* HWY_RESTRICT b, const int8_t* HWY_RESTRICT p,
-                           int32_t* I, int32_t* J) {
-  int32_t i_sum = 0, j_sum = 0;
-  if constexpr (kDType == DType::kGgmlQ8_0) {
-    for (size_t i = 0; i < 32; ++i) i_sum += static_cast<int8_t>(b[2 + i]) * p[i];
-  } else if constexpr (kDType == DType::kGgmlQ4_0 || kDType == DType::kGgmlQ4_1 ||
-                       kDType == DType::kGgmlQ5_0 || kDType == DType::kGgmlQ5_1) {
-    constexpr bool kFifth = kDType == DType::kGgmlQ5_0 || kDType == DType::kGgmlQ5_1;
-    constexpr bool kAffine = kDType == DType::kGgmlQ4_1 || kDType == DType::kGgmlQ5_1;
-    constexpr size_t kHigh = kAffine ? 4 : 2, kQs = kHigh + (kFifth ? 4 : 0);
-    constexpr int32_t kBias = kAffine ? 0 : kFifth ? 16 : 8;
-    uint32_t fifth = 0;
-    if (kFifth) std::memcpy(&fifth, b + kHigh, 4);
-    for (size_t i = 0; i < 32; ++i) {
-      int32_t q = i < 16 ? b[kQs + i] & 15 : b[kQs + i - 16] >> 4;
-      if (kFifth) q |= static_cast<int32_t>((fifth >> i) & 1) << 4;
-      i_sum += (q - kBias) * p[i];
-      j_sum += p[i];
-    }
-  } else if constexpr (kDType == DType::kGgmlQ4_K || kDType == DType::kGgmlQ5_K) {
-    constexpr bool kFive = kDType == DType::kGgmlQ5_K;
-    uint64_t scales, mins;
-    UnpackScalesAndMins(b + 4, &scales, &mins);
-    const uint8_t* qs = b + (kFive ? 48 : 16);
-    for (size_t j = 0; j < 8; ++j) {
-      int32_t dot = 0, sum = 0;
-      for (size_t i = 0; i < 32; ++i) {
-        int32_t q = (qs[32 * (j / 2) + i] >> (4 * (j % 2))) & 15;
-        if (kFive) q |= ((b[16 + i] >> j) & 1) << 4;
-        dot += q * p[32 * j + i];
-        sum += p[32 * j + i];
-      }
-      i_sum += ByteOf(scales, j) * dot;
-      j_sum -= ByteOf(mins, j) * sum;
-    }
-  } else {
-    static_assert(kDType == DType::kGgmlQ6_K);
-    const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
-    for (size_t s = 0; s < 16; ++s) {
-      int32_t dot = 0;
-      for (size_t k = 16 * s; k < 16 * s + 16; ++k) {
-        const size_t h = k / 128, t = (k / 32) % 4, i = k % 32;
-        const int32_t low = (b[64 * h + 32 * (t % 2) + i] >> (4 * (t / 2))) & 15;
-        const int32_t top = (b[128 + 32 * h + i] >> (2 * t)) & 3;
-        dot += ((low | top << 4) - 32) * p[k];
-      }
-      i_sum += scales[s] * dot;
-    }
-  }
-  *I = i_sum;
-  *J = j_sum;
-}
-
 template <DType kDType>
 HWY_INLINE BlockFactors Factors(const uint8_t* HWY_RESTRICT b) {
   if constexpr (kDType == DType::kGgmlQ6_K) {
     return {HalfAt(b + 208), 0.0f};
-  } else if constexpr (kDType == DType::kGgmlQ4_1 || kDType == DType::kGgmlQ5_1 ||
-                       kDType == DType::kGgmlQ4_K || kDType == DType::kGgmlQ5_K) {
+  } else if constexpr (kHasOffset<kDType>) {
     return {HalfAt(b), HalfAt(b + 2)};
   } else {
     return {HalfAt(b), 0.0f};
   }
 }
 
-template <DType kDType>
-inline constexpr bool kHasOffset = kDType == DType::kGgmlQ4_1 || kDType == DType::kGgmlQ5_1 ||
-                                   kDType == DType::kGgmlQ4_K || kDType == DType::kGgmlQ5_K;
+// One activation block of an x row: p, and its sums over runs of 4 and of 16.
+struct ActivationBlock {
+  const int8_t* HWY_RESTRICT p;
+  const int16_t* HWY_RESTRICT sums4;
+  const int16_t* HWY_RESTRICT sums16;
+};
 
-#if MOESERVE_GGML_X86_INT8
-// The sum of v's 8 int32 lanes (exact: every partial sum is bounded by the total's bound).
-HWY_INLINE int32_t SumLanes(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-  return _mm_cvtsi128_si32(s);
+// The lane sums I[8], J[8] (kernels/matmul_ggml.h) of one weight block against one activation
+// block, in scalar code: what the targets below AVX2 run.
+template <DType kDType>
+HWY_INLINE void ScalarLanes(const uint8_t* HWY_RESTRICT b, const ActivationBlock& x,
+                            int32_t (&I)[8], int32_t (&J)[8]) {
+  for (size_t l = 0; l < 8; ++l) I[l] = J[l] = 0;
+  const int8_t* HWY_RESTRICT p = x.p;
+  if constexpr (kDType == DType::kGgmlQ8_0) {
+    for (size_t k = 0; k < 32; ++k) I[k / 4] += static_cast<int8_t>(b[2 + k]) * p[k];
+  } else if constexpr (kDType == DType::kGgmlQ4_0 || kDType == DType::kGgmlQ4_1 ||
+                       kDType == DType::kGgmlQ5_0 || kDType == DType::kGgmlQ5_1) {
+    constexpr bool kFifth = kDType == DType::kGgmlQ5_0 || kDType == DType::kGgmlQ5_1;
+    constexpr bool kAffine = kHasOffset<kDType>;
+    constexpr size_t kHigh = kAffine ? 4 : 2, kQs = kHigh + (kFifth ? 4 : 0);
+    uint32_t fifth = 0;
+    if (kFifth) std::memcpy(&fifth, b + kHigh, 4);
+    int32_t p_sum = 0;
+    for (size_t k = 0; k < 32; ++k) {
+      int32_t q = k < 16 ? b[kQs + k] & 15 : b[kQs + k - 16] >> 4;
+      if (kFifth) q |= static_cast<int32_t>((fifth >> k) & 1) << 4;
+      I[k / 4] += q * p[k];
+      J[k / 4] += p[k];
+      p_sum += p[k];
+    }
+    if (!kAffine) I[0] -= (kFifth ? 16 : 8) * p_sum;
+  } else if constexpr (kDType == DType::kGgmlQ4_K || kDType == DType::kGgmlQ5_K) {
+    constexpr bool kFive = kDType == DType::kGgmlQ5_K;
+    uint64_t scales, mins;
+    UnpackScalesAndMins(b + 4, &scales, &mins);
+    const uint8_t* qs = b + (kFive ? 48 : 16);
+    for (size_t j = 0; j < 8; ++j) {
+      int32_t p_sum = 0;
+      for (size_t i = 0; i < 32; ++i) {
+        int32_t q = (qs[32 * (j / 2) + i] >> (4 * (j % 2))) & 15;
+        if (kFive) q |= ((b[16 + i] >> j) & 1) << 4;
+        I[i / 4] += ByteOf(scales, j) * q * p[32 * j + i];
+        p_sum += p[32 * j + i];
+      }
+      J[j] = -ByteOf(mins, j) * p_sum;
+    }
+  } else {
+    static_assert(kDType == DType::kGgmlQ6_K);
+    const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
+    for (size_t k = 0; k < 256; ++k) {
+      const size_t h = k / 128, t = (k / 32) % 4, i = k % 32;
+      const int32_t low = (b[64 * h + 32 * (t % 2) + i] >> (4 * (t / 2))) & 15;
+      const int32_t top = (b[128 + 32 * h + i] >> (2 * t)) & 3;
+      I[i / 4] += scales[k / 16] * (low | top << 4) * p[k];
+      I[k / 32] -= 32 * scales[k / 16] * p[k];
+    }
+  }
 }
 
+#if MOESERVE_GGML_X86_INT8
 // 32 unsigned codes times 32 signed p, summed in pairs (int16, no saturation: |pair| <= 2 * 63 *
-// 127) and then, scaled by `scale` (int16 lanes), in pairs into 8 int32 lanes.
+// 127) and then, times `scale` (int16 lanes), in pairs into 8 int32 lanes: lane l holds bytes
+// 4l .. 4l + 3.
 HWY_INLINE __m256i ScaledDot(__m256i codes, const int8_t* HWY_RESTRICT p, __m256i scale) {
   const __m256i pairs =
       _mm256_maddubs_epi16(codes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   return _mm256_madd_epi16(pairs, scale);
 }
+HWY_INLINE __m256i LoadSums(const int16_t* HWY_RESTRICT sums) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums));
+}
 
 // A block's codes as unsigned bytes in weight order (32 a vector), decoded once per W row and
-// block, and its integer scales as vpmaddwd multipliers; Sums then takes one x row.
+// block, with its integer scales as vpmaddwd multipliers; Lanes then takes one activation block.
 struct X86Q8_0Block {
   __m256i magnitude, q;  // |q| (unsigned) and q, for vpsignb
   HWY_INLINE explicit X86Q8_0Block(const uint8_t* b) {
     q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
     magnitude = _mm256_sign_epi8(q, q);  // -128 -> 0x80, read as unsigned 128
   }
-  HWY_INLINE void Sums(const int8_t* HWY_RESTRICT p, const int16_t*, int32_t* I, int32_t*) const {
-    const __m256i pv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  HWY_INLINE void Lanes(const ActivationBlock& x, __m256i* I, __m256i*) const {
+    const __m256i pv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.p));
     // |q| * p sign(q) in pairs: at most 2 * 128 * 127 < 2^15.
     const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(pv, q));
-    *I = SumLanes(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+    *I = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
   }
 };
 
@@ -331,7 +329,7 @@ struct X86Q8_0Block {
 template <bool kFifth, bool kAffine>
 struct X86SmallBlock {
   static constexpr size_t kHigh = kAffine ? 4 : 2, kQs = kHigh + (kFifth ? 4 : 0);
-  static constexpr int32_t kBias = kAffine ? 0 : kFifth ? 16 : 8;
+  static constexpr int32_t kBias = kFifth ? 16 : 8;
   __m256i codes;
   HWY_INLINE explicit X86SmallBlock(const uint8_t* b) {
     const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + kQs));
@@ -350,28 +348,31 @@ struct X86SmallBlock {
       codes = _mm256_or_si256(codes, _mm256_and_si256(set, _mm256_set1_epi8(16)));
     }
   }
-  HWY_INLINE void Sums(const int8_t* HWY_RESTRICT p, const int16_t* HWY_RESTRICT sums, int32_t* I,
-                       int32_t* J) const {
-    const int32_t dot = SumLanes(ScaledDot(codes, p, _mm256_set1_epi16(1)));
-    const int32_t p_sum = sums[0] + sums[1];
-    *I = dot - kBias * p_sum;
-    *J = p_sum;
+  HWY_INLINE void Lanes(const ActivationBlock& x, __m256i* I, __m256i* J) const {
+    *I = ScaledDot(codes, x.p, _mm256_set1_epi16(1));
+    if constexpr (kAffine) {
+      *J = _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.sums4)));
+    } else {
+      // The codes' offset, -bias * sum p, comes off lane 0.
+      const int32_t offset = kBias * (x.sums16[0] + x.sums16[1]);
+      *I = _mm256_sub_epi32(*I, _mm256_setr_epi32(offset, 0, 0, 0, 0, 0, 0, 0));
+    }
   }
 };
 
 // Q4_K, Q5_K: sub-block j's 32 codes are the low (j even) or high nibbles of qs[32 (j / 2) ..],
-// [Q5_K: bit j of qh[0 .. 32) as 16]; each vector meets its sub-block's scale in vpmaddwd, and
-// the mins meet the x row's 16-sums (paired) in one more.
+// [Q5_K: bit j of qh[0 .. 32) as 16]; each vector meets its sub-block's scale in vpmaddwd; the
+// mins meet the activation block's 16-sums in pairs (lane j: m_j times sub-block j's sum of p).
 template <bool kFive>
 struct X86KBlock {
   __m256i codes[8], scales[8], mins;  // mins: int16 lanes 2j, 2j + 1 hold m_j
   HWY_INLINE explicit X86KBlock(const uint8_t* b) {
     uint64_t sc, mn;
     UnpackScalesAndMins(b + 4, &sc, &mn);
-    const __m128i sc16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc)));
-    const __m256i both = _mm256_broadcastsi128_si256(sc16);
+    const __m256i both = _mm256_broadcastsi128_si256(
+        _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
     for (size_t j = 0; j < 8; ++j) {
-      // Every int16 lane takes lane j of sc16 (its bytes 2j, 2j + 1).
+      // Every int16 lane takes int16 lane j of `both` (its bytes 2j, 2j + 1).
       const int16_t pick = static_cast<int16_t>((2 * j) | (2 * j + 1) << 8);
       scales[j] = _mm256_shuffle_epi8(both, _mm256_set1_epi16(pick));
     }
@@ -395,22 +396,20 @@ struct X86KBlock {
       }
     }
   }
-  HWY_INLINE void Sums(const int8_t* HWY_RESTRICT p, const int16_t* HWY_RESTRICT sums, int32_t* I,
-                       int32_t* J) const {
-    __m256i acc = ScaledDot(codes[0], p, scales[0]);
+  HWY_INLINE void Lanes(const ActivationBlock& x, __m256i* I, __m256i* J) const {
+    __m256i acc = ScaledDot(codes[0], x.p, scales[0]);
     for (size_t j = 1; j < 8; ++j) {
-      acc = _mm256_add_epi32(acc, ScaledDot(codes[j], p + 32 * j, scales[j]));
+      acc = _mm256_add_epi32(acc, ScaledDot(codes[j], x.p + 32 * j, scales[j]));
     }
-    *I = SumLanes(acc);
-    *J = -SumLanes(
-        _mm256_madd_epi16(mins, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums))));
+    *I = acc;
+    *J = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_madd_epi16(mins, LoadSums(x.sums16)));
   }
 };
 
 // Q6_K: vector g (weights 32g .. 32g + 31, h = g / 4, t = g % 4) holds low nibbles of
 // ql[64h + 32 (t % 2) ..] (high halves if t >= 2) and bits 2t, 2t + 1 of qh[32h ..] as bits 4, 5;
-// its two sub-blocks of 16 meet their int8 scales in vpmaddwd; the code offset 32 comes off
-// as 32 sum_s sc_s (sum of p over s), from the x row's 16-sums.
+// its two sub-blocks of 16 meet their int8 scales in vpmaddwd; the codes' offset 32 comes off
+// lane s / 2 as 32 sc_s (sub-block s's sum of p), from the activation block's 16-sums in pairs.
 struct X86Q6_KBlock {
   __m256i codes[8], scales[8], scales16;
   HWY_INLINE explicit X86Q6_KBlock(const uint8_t* b) {
@@ -443,15 +442,13 @@ struct X86Q6_KBlock {
       scales[g] = _mm256_shuffle_epi8(g < 4 ? first : second, pick);
     }
   }
-  HWY_INLINE void Sums(const int8_t* HWY_RESTRICT p, const int16_t* HWY_RESTRICT sums, int32_t* I,
-                       int32_t*) const {
-    __m256i acc = ScaledDot(codes[0], p, scales[0]);
+  HWY_INLINE void Lanes(const ActivationBlock& x, __m256i* I, __m256i*) const {
+    __m256i acc = ScaledDot(codes[0], x.p, scales[0]);
     for (size_t g = 1; g < 8; ++g) {
-      acc = _mm256_add_epi32(acc, ScaledDot(codes[g], p + 32 * g, scales[g]));
+      acc = _mm256_add_epi32(acc, ScaledDot(codes[g], x.p + 32 * g, scales[g]));
     }
-    const __m256i offsets =
-        _mm256_madd_epi16(scales16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums)));
-    *I = SumLanes(_mm256_sub_epi32(acc, _mm256_slli_epi32(offsets, 5)));
+    const __m256i offsets = _mm256_madd_epi16(scales16, LoadSums(x.sums16));
+    *I = _mm256_sub_epi32(acc, _mm256_slli_epi32(offsets, 5));
   }
 };
 
@@ -492,32 +489,23 @@ struct X86BlockOf<DType::kGgmlQ6_K> {
 };
 template <DType kDType>
 using X86Block = typename X86BlockOf<kDType>::type;
-#endif  // MOESERVE_GGML_X86_INT8
 
-// The spec's f32 step for 8 blocks of one output: acc[l] = fma(float(I[l]), d[l] a[l], acc[l]),
-// then with an offset fma(float(J[l]), o[l] a[l], acc[l]).
+// The spec's f32 step on 8 lanes: acc = fma(float(I), s, acc), then with an offset
+// fma(float(J), t, acc).
 template <bool kOffset>
-HWY_INLINE void AddBlocks(const int32_t* HWY_RESTRICT I, const int32_t* HWY_RESTRICT J,
-                          const float* HWY_RESTRICT d, const float* HWY_RESTRICT o,
-                          const float* HWY_RESTRICT a, float* HWY_RESTRICT acc) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  const __m256 av = _mm256_loadu_ps(a);
-  __m256 sum = _mm256_loadu_ps(acc);
-  sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(I))),
-                        _mm256_mul_ps(_mm256_loadu_ps(d), av), sum);
-  if constexpr (kOffset) {
-    sum = _mm256_fmadd_ps(
-        _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(J))),
-        _mm256_mul_ps(_mm256_loadu_ps(o), av), sum);
-  }
-  _mm256_storeu_ps(acc, sum);
-#else
-  for (size_t l = 0; l < 8; ++l) {
-    acc[l] = std::fma(static_cast<float>(I[l]), d[l] * a[l], acc[l]);
-    if (kOffset) acc[l] = std::fma(static_cast<float>(J[l]), o[l] * a[l], acc[l]);
-  }
-#endif
+HWY_INLINE __m256 AddLanes(__m256 acc, __m256i I, __m256i J, float s, float t) {
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_set1_ps(s), acc);
+  if constexpr (kOffset) acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(J), _mm256_set1_ps(t), acc);
+  return acc;
 }
+
+// The spec's final sum of the 8 lanes: l + 4, then l + 2, then l + 1.
+HWY_INLINE float SumAccLanes(__m256 acc) {
+  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+  return _mm_cvtss_f32(_mm_add_ss(two, _mm_shuffle_ps(two, two, 1)));
+}
+#endif  // MOESERVE_GGML_X86_INT8
 
 // y[i, r] for i < ms, r < rows (as TileF32) from quantized x rows m0 + i and W rows n0 + r.
 template <DType kDType, size_t kRows, size_t kM>
@@ -525,61 +513,69 @@ void TileInt8(const GgmlInt8Rows& xq, size_t m0, size_t ms, const uint8_t* HWY_R
               size_t row_bytes, size_t K, size_t n0, size_t rows, size_t next,
               float* HWY_RESTRICT y, size_t y_stride) {
   using Fmt = Format<kDType>;
-  constexpr size_t B = Fmt::kWeights, kSumsPerBlock = B / 16;
+  constexpr size_t B = Fmt::kWeights;
   constexpr bool kOffset = kHasOffset<kDType>;
   const uint8_t* HWY_RESTRICT wr[kRows];
   for (size_t r = 0; r < kRows; ++r) wr[r] = w + (n0 + std::min(r, rows - 1)) * row_bytes;
   const int8_t* HWY_RESTRICT p[kM];
   const float* HWY_RESTRICT a[kM];
-  const int16_t* HWY_RESTRICT sums[kM];
+  const int16_t* HWY_RESTRICT sums4[kM];
+  const int16_t* HWY_RESTRICT sums16[kM];
   for (size_t i = 0; i < kM; ++i) {
     const size_t m = m0 + std::min(i, ms - 1);
     p[i] = xq.p(m);
     a[i] = xq.scales(m);
-    sums[i] = xq.sums(m);
+    sums4[i] = xq.sums4(m);
+    sums16[i] = xq.sums16(m);
   }
-  HWY_ALIGN float acc[kM][kRows][8] = {};
-  const size_t blocks = K / B;
-  for (size_t b0 = 0; b0 < blocks; b0 += 8) {
-    const size_t count = std::min<size_t>(8, blocks - b0);
-    // Blocks past the row's end add fma(0, 0 * 0, acc) = acc (no accumulator is ever -0).
-    HWY_ALIGN int32_t I[kM][kRows][8] = {}, J[kM][kRows][8] = {};
-    HWY_ALIGN float d[kRows][8] = {}, o[kRows][8] = {}, as[kM][8] = {};
-    for (size_t i = 0; i < kM; ++i) std::copy(a[i] + b0, a[i] + b0 + count, as[i]);
-    for (size_t l = 0; l < count; ++l) {
-      const size_t b = b0 + l;
-      for (size_t r = 0; r < kRows; ++r) {
-        if (next != mi::kNoRow) PrefetchBlock(w, next + r, row_bytes, b, Fmt::kBytes);
-        const uint8_t* HWY_RESTRICT block = wr[r] + b * Fmt::kBytes;
-        const BlockFactors f = Factors<kDType>(block);
-        d[r][l] = f.d;
-        o[r][l] = f.offset;
 #if MOESERVE_GGML_X86_INT8
-        const X86Block<kDType> codes(block);
-        for (size_t i = 0; i < kM; ++i) {
-          codes.Sums(p[i] + b * B, sums[i] + b * kSumsPerBlock, &I[i][r][l], &J[i][r][l]);
-        }
+  __m256 acc[kM][kRows];
+  for (size_t i = 0; i < kM; ++i) {
+    for (size_t r = 0; r < kRows; ++r) acc[i][r] = _mm256_setzero_ps();
+  }
 #else
-        (void)kSumsPerBlock;
-        (void)sums;
-        for (size_t i = 0; i < kM; ++i) {
-          ScalarSums<kDType>(block, p[i] + b * B, &I[i][r][l], &J[i][r][l]);
-        }
+  float acc[kM][kRows][8] = {};
 #endif
-      }
-    }
+  const size_t blocks = K / B;
+  for (size_t b = 0; b < blocks; ++b) {
+    ActivationBlock x[kM];
     for (size_t i = 0; i < kM; ++i) {
-      for (size_t r = 0; r < kRows; ++r) {
-        AddBlocks<kOffset>(I[i][r], J[i][r], d[r], o[r], as[i], acc[i][r]);
+      x[i] = {p[i] + b * B, sums4[i] + b * B / 4, sums16[i] + b * B / 16};
+    }
+    for (size_t r = 0; r < kRows; ++r) {
+      if (next != mi::kNoRow) PrefetchBlock(w, next + r, row_bytes, b, Fmt::kBytes);
+      const uint8_t* HWY_RESTRICT block = wr[r] + b * Fmt::kBytes;
+      const BlockFactors f = Factors<kDType>(block);
+#if MOESERVE_GGML_X86_INT8
+      const X86Block<kDType> codes(block);
+      for (size_t i = 0; i < kM; ++i) {
+        __m256i I, J = _mm256_setzero_si256();
+        codes.Lanes(x[i], &I, &J);
+        acc[i][r] = AddLanes<kOffset>(acc[i][r], I, J, f.d * a[i][b], f.offset * a[i][b]);
       }
+#else
+      for (size_t i = 0; i < kM; ++i) {
+        int32_t I[8], J[8];
+        ScalarLanes<kDType>(block, x[i], I, J);
+        const float s = f.d * a[i][b], t = f.offset * a[i][b];
+        for (size_t l = 0; l < 8; ++l) {
+          acc[i][r][l] = std::fma(static_cast<float>(I[l]), s, acc[i][r][l]);
+          if (kOffset) acc[i][r][l] = std::fma(static_cast<float>(J[l]), t, acc[i][r][l]);
+        }
+      }
+#endif
     }
   }
   for (size_t i = 0; i < ms; ++i) {
     for (size_t r = 0; r < rows; ++r) {
+#if MOESERVE_GGML_X86_INT8
+      y[i * y_stride + r] = SumAccLanes(acc[i][r]);
+#else
       const float* HWY_RESTRICT lanes = acc[i][r];
       const float t0 = lanes[0] + lanes[4], t1 = lanes[1] + lanes[5];
       const float t2 = lanes[2] + lanes[6], t3 = lanes[3] + lanes[7];
       y[i * y_stride + r] = (t0 + t2) + (t1 + t3);
+#endif
     }
   }
 }
@@ -648,7 +644,7 @@ inline void MatMulRangeGgmlF32Impl(const float* HWY_RESTRICT x, size_t x_stride,
 }
 
 // ggml_matmul::QuantizeActivations on this target: each block as w8a8 quantizes a row
-// (matmul_common-inl.h: QuantizeActivationRow), then the sums of p over each 16.
+// (matmul_common-inl.h: QuantizeActivationRow), then the sums of p over each 4 and each 16.
 inline void QuantizeGgmlActivationsImpl(const float* HWY_RESTRICT x, size_t x_stride, size_t M,
                                         size_t K, size_t block, std::byte* out) {
   const size_t stride = GgmlInt8Rows::RowBytes(K, block);
@@ -656,15 +652,18 @@ inline void QuantizeGgmlActivationsImpl(const float* HWY_RESTRICT x, size_t x_st
   for (size_t m = 0; m < M; ++m) {
     auto* p = const_cast<int8_t*>(rows.p(m));
     auto* scales = const_cast<float*>(rows.scales(m));
-    auto* sums = const_cast<int16_t*>(rows.sums(m));
+    auto* sums4 = const_cast<int16_t*>(rows.sums4(m));
+    auto* sums16 = const_cast<int16_t*>(rows.sums16(m));
     for (size_t b = 0; b < K / block; ++b) {
       matmul_internal::QuantizeActivationRow(x + m * x_stride + b * block, block, p + b * block,
                                              &scales[b]);
     }
+    for (size_t s = 0; s < K / 4; ++s) {
+      sums4[s] = static_cast<int16_t>(p[4 * s] + p[4 * s + 1] + p[4 * s + 2] + p[4 * s + 3]);
+    }
     for (size_t s = 0; s < K / 16; ++s) {
-      int32_t sum = 0;
-      for (size_t k = 16 * s; k < 16 * s + 16; ++k) sum += p[k];
-      sums[s] = static_cast<int16_t>(sum);
+      sums16[s] = static_cast<int16_t>(sums4[4 * s] + sums4[4 * s + 1] + sums4[4 * s + 2] +
+                                       sums4[4 * s + 3]);
     }
   }
 }

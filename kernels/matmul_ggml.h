@@ -13,22 +13,23 @@
 //   or 256 for the K-quants: llama.cpp's Q8_0 and Q8_K), each quantized as w8a8 quantizes a row
 //   (kernels/quantize.h): a = max|x| / 127, p = round_half_even(x * (127 / max|x|)) in
 //   [-127, 127]; a block with max|x| < kMinQ8A8Scale has p = 0, a = 0; one holding Inf or NaN
-//   has p = 0, a = NaN. A weight block of B weights (q its codes, f16 fields widened exactly)
-//   meets activation block b in exact int32 sums I and, for the formats with an offset, J:
-//     Q8_0       I = sum q p                                    s = d a
-//     Q4_0       I = sum (q - 8) p                              s = d a
-//     Q5_0       I = sum (q - 16) p                             s = d a
-//     Q4_1, Q5_1 I = sum q p,  J = sum p                        s = d a, t = m a
-//     Q4_K, Q5_K I = sum_j sc_j sum_{i in j} q p,               s = d a, t = dmin a
-//                J = -sum_j m_j sum_{i in j} p   (j: 8 sub-blocks of 32)
-//     Q6_K       I = sum_j sc_j sum_{i in j} (q - 32) p         s = d a
-//                    (j: 16 sub-blocks of 16, sc_j int8)
-//   and every output adds them into 8 f32 accumulators, block b into acc[b % 8]:
-//     acc[b % 8] = fma(float(I_b), s_b, acc[b % 8]);  then, with J: fma(float(J_b), t_b, ...)
-//   (s_b, t_b one rounded f32 product each), then y = (acc[l] + acc[l + 4] for l < 4, then
-//   l + 2, then l + 1)[0]. Every value above is an exact integer or one IEEE operation in a fixed
-//   order, so every SIMD target gives the scalar twin's bits (kernels/ref/matmul_ref.h), in any
-//   batch and on any thread. No sum can overflow int32 (the largest, Q6_K's, is below 2^28).
+//   has p = 0, a = NaN. A weight block (q its codes: unsigned, but Q8_0's int8; f16 fields
+//   widened exactly) meets activation block b in 8 exact int32 lane sums I[l] and, for the
+//   formats with an offset, J[l]; weight k of a block goes to lane (k % 32) / 4 (as the SIMD
+//   dot products leave it: bytes 4l .. 4l + 3 of every 32):
+//     Q8_0        I[l] = sum q p                                            s = d a
+//     Q4_0, Q5_0  I[l] = sum q p, then I[0] -= 8 (Q5_0: 16) sum_block p     s = d a
+//     Q4_1, Q5_1  I[l] = sum q p,  J[l] = sum p (same lanes)                s = d a, t = m a
+//     Q4_K, Q5_K  I[l] = sum sc_j q p (j the weight's sub-block of 32),     s = d a, t = dmin a
+//                 J[j] = -m_j (sum of p over sub-block j), j = 0 .. 7
+//     Q6_K        I[l] = sum sc_s q p (s the weight's sub-block of 16, sc int8, q in 0 .. 63),
+//                 then I[s / 2] -= 32 sc_s (sum of p over sub-block s)      s = d a
+//   and every output keeps 8 f32 accumulators, for each block in order
+//     acc[l] = fma(float(I[l]), s, acc[l]);  then, with J, acc[l] = fma(float(J[l]), t, acc[l])
+//   (s and t one rounded f32 product each), and y = (acc[l] + acc[l + 4] for l < 4, then l + 2,
+//   then l + 1)[0]. Every value above is an exact integer or one IEEE operation in a fixed order,
+//   so every SIMD target gives the scalar twin's bits (kernels/ref/matmul_ref.h), in any batch
+//   and on any thread. No sum overflows int32 (the largest, Q6_K's lanes, stay below 2^25).
 #pragma once
 
 #include <cstddef>
@@ -43,8 +44,8 @@ namespace moeserve::kernels {
 int64_t GgmlActivationBlock(DType dtype);
 
 // x quantized for kInt8: M rows, row m at data + m * stride (a multiple of 64 bytes), laid out as
-// p[K] int8 at 0, then from ScalesOffset(K) the K / block f32 scales a, then K / 16 int16 sums of
-// p over each run of 16 (the offsets' terms: J and the constants of Q4_0, Q5_0, Q6_K).
+// p[K] int8 at 0, then from ScalesOffset(K) the K / block f32 scales a, then the int16 sums of p
+// over each run of 16 (K / 16) and of 4 (K / 4): the offsets' terms (J and the codes' offsets).
 struct GgmlInt8Rows {
   const std::byte* data;
   size_t stride;
@@ -53,16 +54,18 @@ struct GgmlInt8Rows {
 
   static size_t ScalesOffset(size_t K) { return (K + 63) / 64 * 64; }
   static size_t RowBytes(size_t K, size_t block) {
-    return (ScalesOffset(K) + K / block * sizeof(float) + K / 16 * sizeof(int16_t) + 63) / 64 * 64;
+    return (ScalesOffset(K) + K / block * sizeof(float) + (K / 16 + K / 4) * sizeof(int16_t) +
+            63) / 64 * 64;
   }
   const int8_t* p(size_t m) const { return reinterpret_cast<const int8_t*>(data + m * stride); }
   const float* scales(size_t m) const {
     return reinterpret_cast<const float*>(data + m * stride + ScalesOffset(K));
   }
-  const int16_t* sums(size_t m) const {
+  const int16_t* sums16(size_t m) const {
     return reinterpret_cast<const int16_t*>(data + m * stride + ScalesOffset(K) +
                                             K / block * sizeof(float));
   }
+  const int16_t* sums4(size_t m) const { return sums16(m) + K / 16; }
 };
 
 namespace ggml_matmul {

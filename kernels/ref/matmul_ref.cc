@@ -87,28 +87,29 @@ uint32_t Bits(const uint8_t* block, int64_t byte, int64_t shift, uint32_t mask) 
   return (static_cast<uint32_t>(block[byte]) >> shift) & mask;
 }
 
-// Weight k of a block as the integers of kernels/matmul_ggml.h: its term of I (coefficient of p)
-// and of J, read from the layouts kernels/ggml_blocks.h documents.
+// Weight k of a block as kernels/matmul_ggml.h's integers: its code times its sub-block's scale
+// (the code unsigned, Q8_0's int8), the scale alone and the sub-block's min (K-quants), read from
+// the layouts kernels/ggml_blocks.h documents.
 struct IntegerWeight {
-  int64_t i_term;
-  int64_t j_term;
+  int64_t code_term;
+  int64_t scale;
+  int64_t min;
 };
 IntegerWeight WeightAt(DType dtype, const uint8_t* b, int64_t k) {
   switch (dtype) {
     case DType::kGgmlQ8_0:
-      return {static_cast<int8_t>(b[2 + k]), 0};
+      return {static_cast<int8_t>(b[2 + k]), 1, 0};
     case DType::kGgmlQ4_0:
     case DType::kGgmlQ4_1:
     case DType::kGgmlQ5_0:
     case DType::kGgmlQ5_1: {
       const bool affine = dtype == DType::kGgmlQ4_1 || dtype == DType::kGgmlQ5_1;
       const bool fifth = dtype == DType::kGgmlQ5_0 || dtype == DType::kGgmlQ5_1;
-      const int64_t qh = affine ? 4 : 2;         // the u32 of fifth bits (Q5)
-      const int64_t qs = qh + (fifth ? 4 : 0);   // 16 bytes of nibbles
+      const int64_t qh = affine ? 4 : 2;        // the u32 of fifth bits (Q5)
+      const int64_t qs = qh + (fifth ? 4 : 0);  // 16 bytes of nibbles
       int64_t q = Bits(b, qs + k % 16, k < 16 ? 0 : 4, 15);
       if (fifth) q += 16 * Bits(b, qh + k / 8, k % 8, 1);
-      if (affine) return {q, 1};
-      return {q - (fifth ? 16 : 8), 0};
+      return {q, 1, 0};
     }
     case DType::kGgmlQ4_K:
     case DType::kGgmlQ5_K: {
@@ -119,14 +120,14 @@ IntegerWeight WeightAt(DType dtype, const uint8_t* b, int64_t k) {
       const int64_t m = j < 4 ? (s[j + 4] & 63) : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
       int64_t q = Bits(b, (five ? 48 : 16) + 32 * (j / 2) + i, 4 * (j % 2), 15);
       if (five) q += 16 * Bits(b, 16 + i, j, 1);
-      return {sc * q, -m};
+      return {sc * q, sc, m};
     }
     case DType::kGgmlQ6_K: {
       const int64_t h = k / 128, t = (k / 32) % 4, i = k % 32;
       const int64_t low = Bits(b, 64 * h + 32 * (t % 2) + i, 4 * (t / 2), 15);
       const int64_t high = Bits(b, 128 + 32 * h + i, 2 * t, 3);
       const int64_t sc = static_cast<int8_t>(b[192 + k / 16]);
-      return {sc * (low + 16 * high - 32), 0};
+      return {sc * (low + 16 * high), sc, 0};
     }
     default:
       CHECK(false) << DTypeName(dtype);
@@ -161,18 +162,31 @@ void MatMulGgmlInt8(const float* x, int64_t x_stride, int64_t M, const Tensor& W
       float acc[8] = {};
       for (int64_t b = 0; b < K / B; ++b) {
         const uint8_t* block = W.data_as<const uint8_t>() + n * row_bytes + b * block_bytes;
-        int64_t I = 0, J = 0;
+        const int32_t* pb = p.data() + b * B;
+        // The 8 lanes of kernels/matmul_ggml.h: weight k in lane (k % 32) / 4.
+        int64_t I[8] = {}, J[8] = {};
         for (int64_t k = 0; k < B; ++k) {
           const IntegerWeight w = WeightAt(dtype, block, k);
-          I += w.i_term * p[b * B + k];
-          J += w.j_term * p[b * B + k];
+          I[k % 32 / 4] += w.code_term * pb[k];
+          switch (dtype) {
+            case DType::kGgmlQ4_0: I[0] -= 8 * pb[k]; break;
+            case DType::kGgmlQ5_0: I[0] -= 16 * pb[k]; break;
+            case DType::kGgmlQ4_1:
+            case DType::kGgmlQ5_1: J[k % 32 / 4] += pb[k]; break;
+            case DType::kGgmlQ4_K:
+            case DType::kGgmlQ5_K: J[k / 32] -= w.min * pb[k]; break;
+            case DType::kGgmlQ6_K: I[k / 32] -= 32 * w.scale * pb[k]; break;
+            default: break;
+          }
         }
-        CHECK(I == static_cast<int32_t>(I) && J == static_cast<int32_t>(J));
         float d = 0.0f, o = 0.0f;
         BlockFactors(dtype, block, &d, &o);
-        float& lane = acc[b % 8];
-        lane = std::fma(static_cast<float>(I), d * a[b], lane);
-        if (HasOffset(dtype)) lane = std::fma(static_cast<float>(J), o * a[b], lane);
+        const float s = d * a[b], t = o * a[b];
+        for (int l = 0; l < 8; ++l) {
+          CHECK(I[l] == static_cast<int32_t>(I[l]) && J[l] == static_cast<int32_t>(J[l]));
+          acc[l] = std::fma(static_cast<float>(I[l]), s, acc[l]);
+          if (HasOffset(dtype)) acc[l] = std::fma(static_cast<float>(J[l]), t, acc[l]);
+        }
       }
       const float t0 = acc[0] + acc[4], t1 = acc[1] + acc[5];
       const float t2 = acc[2] + acc[6], t3 = acc[3] + acc[7];
