@@ -99,6 +99,15 @@ inline mi::TileShape ChooseShape(size_t M) {
   const size_t m = std::min(M, kMaxM);
   return {RowsFor(m), m};
 }
+// The int8 tiles hold a ymm accumulator per output and the block's decoded codes and scales:
+// with 16 registers (AVX2) fewer rows than the f32 tiles, with 32 (AVX-512) as many.
+constexpr size_t Int8RowsFor(size_t m) {
+  return mi::kMaxAccumulators >= 24 ? RowsFor(m) : m <= 2 ? 4 : 2;
+}
+inline mi::TileShape ChooseInt8Shape(size_t M) {
+  const size_t m = std::min(M, kMaxM);
+  return {Int8RowsFor(m), m};
+}
 
 // ---- kF32.
 
@@ -258,15 +267,13 @@ HWY_INLINE void ScalarLanes(const uint8_t* HWY_RESTRICT b, const ActivationBlock
     constexpr size_t kHigh = kAffine ? 4 : 2, kQs = kHigh + (kFifth ? 4 : 0);
     uint32_t fifth = 0;
     if (kFifth) std::memcpy(&fifth, b + kHigh, 4);
-    int32_t p_sum = 0;
+    constexpr int32_t kBias = kAffine ? 0 : kFifth ? 16 : 8;
     for (size_t k = 0; k < 32; ++k) {
       int32_t q = k < 16 ? b[kQs + k] & 15 : b[kQs + k - 16] >> 4;
       if (kFifth) q |= static_cast<int32_t>((fifth >> k) & 1) << 4;
-      I[k / 4] += q * p[k];
+      I[k / 4] += (q - kBias) * p[k];
       J[k / 4] += p[k];
-      p_sum += p[k];
     }
-    if (!kAffine) I[0] -= (kFifth ? 16 : 8) * p_sum;
   } else if constexpr (kDType == DType::kGgmlQ4_K || kDType == DType::kGgmlQ5_K) {
     constexpr bool kFive = kDType == DType::kGgmlQ5_K;
     uint64_t scales, mins;
@@ -329,7 +336,6 @@ struct X86Q8_0Block {
 template <bool kFifth, bool kAffine>
 struct X86SmallBlock {
   static constexpr size_t kHigh = kAffine ? 4 : 2, kQs = kHigh + (kFifth ? 4 : 0);
-  static constexpr int32_t kBias = kFifth ? 16 : 8;
   __m256i codes;
   HWY_INLINE explicit X86SmallBlock(const uint8_t* b) {
     const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + kQs));
@@ -350,12 +356,14 @@ struct X86SmallBlock {
   }
   HWY_INLINE void Lanes(const ActivationBlock& x, __m256i* I, __m256i* J) const {
     *I = ScaledDot(codes, x.p, _mm256_set1_epi16(1));
+    // Lane l's sum of p (its 4 values).
+    const __m256i p_sums =
+        _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.sums4)));
     if constexpr (kAffine) {
-      *J = _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.sums4)));
+      *J = p_sums;
     } else {
-      // The codes' offset, -bias * sum p, comes off lane 0.
-      const int32_t offset = kBias * (x.sums16[0] + x.sums16[1]);
-      *I = _mm256_sub_epi32(*I, _mm256_setr_epi32(offset, 0, 0, 0, 0, 0, 0, 0));
+      // The codes' offset: (q - bias) p = q p - bias p, lane by lane.
+      *I = _mm256_sub_epi32(*I, _mm256_slli_epi32(p_sums, kFifth ? 4 : 3));
     }
   }
 };
@@ -363,43 +371,41 @@ struct X86SmallBlock {
 // Q4_K, Q5_K: sub-block j's 32 codes are the low (j even) or high nibbles of qs[32 (j / 2) ..],
 // [Q5_K: bit j of qh[0 .. 32) as 16]; each vector meets its sub-block's scale in vpmaddwd; the
 // mins meet the activation block's 16-sums in pairs (lane j: m_j times sub-block j's sum of p).
+// The codes are decoded as Lanes needs them (few live registers: AVX2 has 16), the scales once.
 template <bool kFive>
 struct X86KBlock {
-  __m256i codes[8], scales[8], mins;  // mins: int16 lanes 2j, 2j + 1 hold m_j
-  HWY_INLINE explicit X86KBlock(const uint8_t* b) {
+  const uint8_t* HWY_RESTRICT qs;
+  __m256i scales, mins, high;  // scales: int16 lane j (both halves) = sc_j; mins: lanes 2j, 2j + 1
+  HWY_INLINE explicit X86KBlock(const uint8_t* b) : qs(b + (kFive ? 48 : 16)) {
     uint64_t sc, mn;
     UnpackScalesAndMins(b + 4, &sc, &mn);
-    const __m256i both = _mm256_broadcastsi128_si256(
+    scales = _mm256_broadcastsi128_si256(
         _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
-    for (size_t j = 0; j < 8; ++j) {
-      // Every int16 lane takes int16 lane j of `both` (its bytes 2j, 2j + 1).
-      const int16_t pick = static_cast<int16_t>((2 * j) | (2 * j + 1) << 8);
-      scales[j] = _mm256_shuffle_epi8(both, _mm256_set1_epi16(pick));
-    }
     const __m128i m8 = _mm_cvtsi64_si128(static_cast<int64_t>(mn));
     mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-    const uint8_t* qs = b + (kFive ? 48 : 16);
-    const __m256i nibble = _mm256_set1_epi8(15);
-    __m256i high = _mm256_setzero_si256();
-    if constexpr (kFive) high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
-    for (size_t t = 0; t < 4; ++t) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * t));
-      codes[2 * t] = _mm256_and_si256(v, nibble);
-      codes[2 * t + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
-      if constexpr (kFive) {
-        const __m256i one = _mm256_set1_epi8(1);
-        for (size_t h = 0; h < 2; ++h) {
-          const int j = static_cast<int>(2 * t + h);
-          const __m256i bit = _mm256_and_si256(_mm256_srl_epi16(high, _mm_cvtsi32_si128(j)), one);
-          codes[2 * t + h] = _mm256_or_si256(codes[2 * t + h], _mm256_slli_epi16(bit, 4));
-        }
-      }
-    }
+    high = kFive ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16))
+                 : _mm256_setzero_si256();
+  }
+  // Sub-block j's scale in every int16 lane.
+  HWY_INLINE __m256i Scale(size_t j) const {
+    const int16_t pick = static_cast<int16_t>((2 * j) | (2 * j + 1) << 8);
+    return _mm256_shuffle_epi8(scales, _mm256_set1_epi16(pick));
+  }
+  HWY_INLINE __m256i WithFifth(__m256i codes, size_t j) const {
+    if constexpr (!kFive) return codes;
+    const __m256i bit = _mm256_and_si256(
+        _mm256_srl_epi16(high, _mm_cvtsi32_si128(static_cast<int>(j))), _mm256_set1_epi8(1));
+    return _mm256_or_si256(codes, _mm256_slli_epi16(bit, 4));
   }
   HWY_INLINE void Lanes(const ActivationBlock& x, __m256i* I, __m256i* J) const {
-    __m256i acc = ScaledDot(codes[0], x.p, scales[0]);
-    for (size_t j = 1; j < 8; ++j) {
-      acc = _mm256_add_epi32(acc, ScaledDot(codes[j], x.p + 32 * j, scales[j]));
+    const __m256i nibble = _mm256_set1_epi8(15);
+    __m256i acc = _mm256_setzero_si256();
+    for (size_t t = 0; t < 4; ++t) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * t));
+      const __m256i low = WithFifth(_mm256_and_si256(v, nibble), 2 * t);
+      const __m256i top = WithFifth(_mm256_and_si256(_mm256_srli_epi16(v, 4), nibble), 2 * t + 1);
+      acc = _mm256_add_epi32(acc, ScaledDot(low, x.p + 64 * t, Scale(2 * t)));
+      acc = _mm256_add_epi32(acc, ScaledDot(top, x.p + 64 * t + 32, Scale(2 * t + 1)));
     }
     *I = acc;
     *J = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_madd_epi16(mins, LoadSums(x.sums16)));
@@ -410,42 +416,39 @@ struct X86KBlock {
 // ql[64h + 32 (t % 2) ..] (high halves if t >= 2) and bits 2t, 2t + 1 of qh[32h ..] as bits 4, 5;
 // its two sub-blocks of 16 meet their int8 scales in vpmaddwd; the codes' offset 32 comes off
 // lane s / 2 as 32 sc_s (sub-block s's sum of p), from the activation block's 16-sums in pairs.
+// Decoded as Lanes needs them, as X86KBlock.
 struct X86Q6_KBlock {
-  __m256i codes[8], scales[8], scales16;
-  HWY_INLINE explicit X86Q6_KBlock(const uint8_t* b) {
+  const uint8_t* HWY_RESTRICT b;
+  __m256i scales16, first, second;  // the 16 scales as int16; their halves in both halves
+  HWY_INLINE explicit X86Q6_KBlock(const uint8_t* block) : b(block) {
+    scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)));
+    first = _mm256_permute2x128_si256(scales16, scales16, 0x00);
+    second = _mm256_permute2x128_si256(scales16, scales16, 0x11);
+  }
+  // Lanes 0-7: scale 2g, lanes 8-15: scale 2g + 1 (int16 lanes 2 (g % 4) and + 1 of their half).
+  HWY_INLINE __m256i Scale(size_t g) const {
+    const int16_t lo = static_cast<int16_t>((4 * (g % 4)) | (4 * (g % 4) + 1) << 8);
+    const int16_t hi = static_cast<int16_t>((4 * (g % 4) + 2) | (4 * (g % 4) + 3) << 8);
+    return _mm256_shuffle_epi8(g < 4 ? first : second,
+                               _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo)));
+  }
+  HWY_INLINE void Lanes(const ActivationBlock& x, __m256i* I, __m256i*) const {
     const __m256i nibble = _mm256_set1_epi8(15), two = _mm256_set1_epi8(3);
+    __m256i acc = _mm256_setzero_si256();
     for (size_t h = 0; h < 2; ++h) {
       const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h));
       const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32));
       const __m256i top = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
-      const __m256i low[4] = {_mm256_and_si256(a, nibble), _mm256_and_si256(c, nibble),
-                              _mm256_and_si256(_mm256_srli_epi16(a, 4), nibble),
-                              _mm256_and_si256(_mm256_srli_epi16(c, 4), nibble)};
       for (size_t t = 0; t < 4; ++t) {
-        const __m256i bits =
-            _mm256_and_si256(_mm256_srl_epi16(top, _mm_cvtsi32_si128(static_cast<int>(2 * t))),
-                             two);
-        codes[4 * h + t] = _mm256_or_si256(low[t], _mm256_slli_epi16(bits, 4));
+        const __m256i source = t % 2 == 0 ? a : c;
+        const __m256i low =
+            _mm256_and_si256(t < 2 ? source : _mm256_srli_epi16(source, 4), nibble);
+        const __m256i bits = _mm256_and_si256(
+            _mm256_srl_epi16(top, _mm_cvtsi32_si128(static_cast<int>(2 * t))), two);
+        const __m256i codes = _mm256_or_si256(low, _mm256_slli_epi16(bits, 4));
+        const size_t g = 4 * h + t;
+        acc = _mm256_add_epi32(acc, ScaledDot(codes, x.p + 32 * g, Scale(g)));
       }
-    }
-    scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)));
-    const __m256i first = _mm256_permute2x128_si256(scales16, scales16, 0x00);
-    const __m256i second = _mm256_permute2x128_si256(scales16, scales16, 0x11);
-    for (size_t g = 0; g < 8; ++g) {
-      // Lanes 0-7: scale 2g, lanes 8-15: scale 2g + 1 (int16 lanes 2 (g % 4) and + 1 of their
-      // half of scales16).
-      const int8_t lo = static_cast<int8_t>(4 * (g % 4)), hi = static_cast<int8_t>(4 * (g % 4) + 2);
-      const __m256i pick = _mm256_setr_epi8(lo, lo + 1, lo, lo + 1, lo, lo + 1, lo, lo + 1, lo,
-                                            lo + 1, lo, lo + 1, lo, lo + 1, lo, lo + 1, hi, hi + 1,
-                                            hi, hi + 1, hi, hi + 1, hi, hi + 1, hi, hi + 1, hi,
-                                            hi + 1, hi, hi + 1, hi, hi + 1);
-      scales[g] = _mm256_shuffle_epi8(g < 4 ? first : second, pick);
-    }
-  }
-  HWY_INLINE void Lanes(const ActivationBlock& x, __m256i* I, __m256i*) const {
-    __m256i acc = ScaledDot(codes[0], x.p, scales[0]);
-    for (size_t g = 1; g < 8; ++g) {
-      acc = _mm256_add_epi32(acc, ScaledDot(codes[g], x.p + 32 * g, scales[g]));
     }
     const __m256i offsets = _mm256_madd_epi16(scales16, LoadSums(x.sums16));
     *I = _mm256_sub_epi32(acc, _mm256_slli_epi32(offsets, 5));
@@ -585,7 +588,7 @@ void MatMulRangeInt8T(const GgmlInt8Rows& xq, size_t M, const uint8_t* HWY_RESTR
                       size_t n_begin, size_t n_end, float* HWY_RESTRICT y, size_t y_stride) {
   using Fmt = Format<kDType>;
   const size_t row_bytes = K / Fmt::kWeights * Fmt::kBytes;
-  const mi::TileShape shape = ChooseShape(M);
+  const mi::TileShape shape = ChooseInt8Shape(M);
   mi::ForEachPass(
       M, n_begin, n_end, shape, xq.stride, row_bytes, [](size_t, size_t) {},
       [&](size_t n, size_t rows, size_t next, size_t m, size_t ms, bool first) {
@@ -594,7 +597,8 @@ void MatMulRangeInt8T(const GgmlInt8Rows& xq, size_t M, const uint8_t* HWY_RESTR
         switch (shape.m * 8 + ms) {
 #define MOESERVE_GGML_INT8_TILE(kShapeM, kMs)                                                   \
   case kShapeM * 8 + kMs:                                                                       \
-    return TileInt8<kDType, RowsFor(kShapeM), kMs>(xq, m, ms, w, row_bytes, K, n, rows, ahead, \
+    return TileInt8<kDType, Int8RowsFor(kShapeM), kMs>(xq, m, ms, w, row_bytes, K, n, rows,    \
+                                                       ahead,                               \
                                                    ym, y_stride);
           MOESERVE_GGML_INT8_TILE(1, 1)
           MOESERVE_GGML_INT8_TILE(2, 2)

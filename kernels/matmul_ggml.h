@@ -18,7 +18,7 @@
 //   formats with an offset, J[l]; weight k of a block goes to lane (k % 32) / 4 (as the SIMD
 //   dot products leave it: bytes 4l .. 4l + 3 of every 32):
 //     Q8_0        I[l] = sum q p                                            s = d a
-//     Q4_0, Q5_0  I[l] = sum q p, then I[0] -= 8 (Q5_0: 16) sum_block p     s = d a
+//     Q4_0, Q5_0  I[l] = sum (q - 8) p  (Q5_0: q - 16)                      s = d a
 //     Q4_1, Q5_1  I[l] = sum q p,  J[l] = sum p (same lanes)                s = d a, t = m a
 //     Q4_K, Q5_K  I[l] = sum sc_j q p (j the weight's sub-block of 32),     s = d a, t = dmin a
 //                 J[j] = -m_j (sum of p over sub-block j), j = 0 .. 7

@@ -169,8 +169,8 @@ void MatMulGgmlInt8(const float* x, int64_t x_stride, int64_t M, const Tensor& W
           const IntegerWeight w = WeightAt(dtype, block, k);
           I[k % 32 / 4] += w.code_term * pb[k];
           switch (dtype) {
-            case DType::kGgmlQ4_0: I[0] -= 8 * pb[k]; break;
-            case DType::kGgmlQ5_0: I[0] -= 16 * pb[k]; break;
+            case DType::kGgmlQ4_0: I[k % 32 / 4] -= 8 * pb[k]; break;
+            case DType::kGgmlQ5_0: I[k % 32 / 4] -= 16 * pb[k]; break;
             case DType::kGgmlQ4_1:
             case DType::kGgmlQ5_1: J[k % 32 / 4] += pb[k]; break;
             case DType::kGgmlQ4_K:
