@@ -28,6 +28,9 @@ using testing::MatrixBytes;
 const char kQwen3MoeFlags[] =
     "--arch qwen3_moe --preset tiny --hidden-size 256 --num-layers 2 --moe-intermediate-size 256 "
     "--vocab-size 512 --seed 3";
+const char kQwen3NextFlags[] =
+    "--arch qwen3_next --preset tiny --hidden-size 256 --num-layers 4 --moe-intermediate-size 256 "
+    "--shared-expert-intermediate-size 256 --vocab-size 512 --seed 6";
 const char kQwen3Flags[] =
     "--arch qwen3 --preset tiny --hidden-size 256 --num-layers 2 --intermediate-size 512 "
     "--vocab-size 512 --seed 4";
@@ -66,14 +69,21 @@ std::vector<std::string> AllBytes(const ModelWeights& w) {
   auto vec = [&](const std::vector<float>& v) {
     out.emplace_back(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
   };
+  auto layer = [&](const DecoderLayerWeights& l) {
+    for (const std::vector<float>* v :
+         {&l.input_norm, &l.post_attention_norm, &l.attention.q_norm, &l.attention.k_norm,
+          &l.attention.qkv_bias, &l.gdn.conv, &l.gdn.dt_bias, &l.gdn.neg_exp_a, &l.gdn.norm,
+          &l.experts.shared_gate}) {
+      vec(*v);
+    }
+  };
   vec(w.final_norm);
-  for (const DecoderLayerWeights& l : w.layers) {
-    vec(l.input_norm);
-    vec(l.post_attention_norm);
-    vec(l.attention.q_norm);
-    vec(l.attention.k_norm);
-    vec(l.attention.qkv_bias);
+  for (const DecoderLayerWeights& l : w.layers) layer(l);
+  for (const std::vector<float>* v :
+       {&w.mtp.pre_fc_norm_embedding, &w.mtp.pre_fc_norm_hidden, &w.mtp.norm}) {
+    vec(*v);
   }
+  for (const DecoderLayerWeights& l : w.mtp.layers) layer(l);
   return out;
 }
 
@@ -137,7 +147,8 @@ TEST_P(SameBitsTest, GgufOfAFolderLoadsAndRunsBitIdentically) {
 
 INSTANTIATE_TEST_SUITE_P(Architectures, SameBitsTest,
                          ::testing::Values(MadeArch{"gguf_qwen3moe", kQwen3MoeFlags},
-                                           MadeArch{"gguf_qwen3", kQwen3Flags}));
+                                           MadeArch{"gguf_qwen3", kQwen3Flags},
+                                           MadeArch{"gguf_qwen3next", kQwen3NextFlags}));
 
 constexpr DType kBlockDTypes[] = {DType::kGgmlQ8_0, DType::kGgmlQ4_0, DType::kGgmlQ4_1,
                                   DType::kGgmlQ5_0, DType::kGgmlQ5_1, DType::kGgmlQ4_K,

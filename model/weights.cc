@@ -507,7 +507,9 @@ void PlaceTensor(const TensorSource& t, const io::ModelConfig& c, const ShardLay
       break;
     case TensorRole::kGdnALog:
       layer->gdn.neg_exp_a = Gather(t.F32(), Rows({shard.gdn_value_heads}));
-      for (float& a : layer->gdn.neg_exp_a) a = -std::exp(a);
+      if (!c.gguf.gdn_a_negated) {
+        for (float& a : layer->gdn.neg_exp_a) a = -std::exp(a);
+      }
       break;
     case TensorRole::kGdnNorm: layer->gdn.norm = t.Norm(); break;
     case TensorRole::kGdnOutProj: layer->gdn.out_proj = t.Matrix(Rows({{0, H}}), s.gdn_v); break;
