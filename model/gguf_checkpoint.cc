@@ -125,7 +125,7 @@ Status ReadHybridKeys(const Keys& k, io::ModelConfig& c) {
   return OkStatus();
 }
 
-// Hugging Face's token ids from the tokenizer keys, into c.
+// The bos id and the ids generation stops on, from the tokenizer keys, into c.
 Status ReadTokenIds(const GgufFile& file, io::ModelConfig& c) {
   auto id = [&](const char* key) -> Result<int64_t> {
     const GgufValue* v = file.FindValue(key);
@@ -137,9 +137,37 @@ Status ReadTokenIds(const GgufFile& file, io::ModelConfig& c) {
     }
     return v->value.get<int64_t>();
   };
-  ASSIGN_OR_RETURN(const int64_t eos, id("tokenizer.ggml.eos_token_id"));
   ASSIGN_OR_RETURN(c.bos_token_id, id("tokenizer.ggml.bos_token_id"));
-  if (eos >= 0) c.eos_token_ids = {eos};
+  auto stop_on = [&](int64_t token) {
+    if (token >= 0 && std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), token) ==
+                          c.eos_token_ids.end()) {
+      c.eos_token_ids.push_back(token);
+    }
+  };
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                          "tokenizer.ggml.eom_token_id"}) {
+    ASSIGN_OR_RETURN(const int64_t token, id(key));
+    stop_on(token);
+  }
+  // What a folder's generation_config.json adds (Qwen3 stops on <|endoftext|> as well as
+  // <|im_end|>) a GGUF file does not hold: as llama.cpp does, the control tokens that end a turn
+  // or a text stop generation too.
+  const GgufValue* tokens = file.FindValue("tokenizer.ggml.tokens");
+  const GgufValue* types = file.FindValue("tokenizer.ggml.token_type");
+  if (tokens == nullptr || types == nullptr || !tokens->value.is_array() ||
+      !types->value.is_array() || tokens->value.size() != types->value.size()) {
+    return OkStatus();  // the tokenizer's own checks name what is wrong with them
+  }
+  constexpr int kControl = 3;  // llama.cpp's token type CONTROL
+  for (size_t i = 0; i < tokens->value.size() && i < static_cast<size_t>(c.vocab_size); ++i) {
+    const nlohmann::json& text = tokens->value[i];
+    if (!text.is_string() || types->value[i] != kControl) continue;
+    const std::string& t = text.get_ref<const std::string&>();
+    if (t == "<|endoftext|>" || t == "<|im_end|>" || t == "<|eot_id|>" || t == "<|eom_id|>" ||
+        t == "<|end_of_text|>") {
+      stop_on(static_cast<int64_t>(i));
+    }
+  }
   return OkStatus();
 }
 

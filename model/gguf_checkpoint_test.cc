@@ -207,6 +207,29 @@ TEST(GgufBlockFormatsTest, TensorParallelSplitsKeepBlocksWhole) {
   }
 }
 
+// The ids generation stops on: eos, eot and eom, and the control tokens that end a turn or a text
+// (what a folder's generation_config.json adds, which a GGUF file does not hold).
+TEST(GgufCheckpointTest, StopsOnTheTurnAndTextEnds) {
+  const std::string& dir = testing::MadeModel("gguf_qwen3moe", kQwen3MoeFlags);
+  io::GgufWriter w = WriterOf(dir, DType::kGgmlQ8_0);
+  nlohmann::json tokens = nlohmann::json::array(), types = nlohmann::json::array();
+  for (int i = 0; i < 512; ++i) {
+    tokens.push_back(i == 500 ? "<|endoftext|>" : i == 501 ? "<|im_end|>" : fmt::format("t{}", i));
+    types.push_back(i >= 500 ? 3 : 1);
+  }
+  tokens[502] = "<|endoftext|>";  // the same text, not a control token: not a stop
+  types[502] = 1;
+  w.SetArray("tokenizer.ggml.tokens", io::GgufType::kString, tokens);
+  w.SetArray("tokenizer.ggml.token_type", io::GgufType::kInt32, types);
+  w.SetU32("tokenizer.ggml.eos_token_id", 501);
+  w.SetU32("tokenizer.ggml.eot_token_id", 7);
+  const std::string path = dir + "/stops.gguf";
+  ASSERT_TRUE(w.Write(path).ok());
+  Result<io::ModelConfig> c = LoadModelConfigAt(path);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{501, 7, 500}));
+}
+
 // Files that lie about the model are refused naming the key or tensor.
 TEST(GgufCheckpointTest, RefusesMalformedModelsNamingTheField) {
   const std::string& dir = testing::MadeModel("gguf_qwen3moe", kQwen3MoeFlags);
