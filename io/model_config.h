@@ -89,6 +89,9 @@ struct ModelConfig {
     bool gdn_qkv_z_split = false;  // Qwen3-Next's in_proj_qkvz as [q | k | v] and z
     bool gdn_a_negated = false;    // A_log stored as -exp(A_log)
     bool norms_with_one = false;   // (1 + w) norms stored with the 1 added
+    // q and k rows of each head with their two rotary halves interleaved (llama: ggml's rope
+    // pairs neighbours); head row 2j + t holds Hugging Face's row t * head_dim / 2 + j.
+    bool rope_rows_interleaved = false;
   } gguf;
 
   // Derived sizes of the GDN layers (docs/spec/model.md §1.4).

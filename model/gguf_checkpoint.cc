@@ -28,8 +28,7 @@ constexpr ArchInfo kArchitectures[] = {
     {"qwen3moe", Architecture::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe"},
     {"qwen3", Architecture::kQwen3, "Qwen3ForCausalLM", "qwen3"},
     {"qwen3next", Architecture::kQwen3Next, "Qwen3NextForCausalLM", "qwen3_next"},
-    // llama: not yet. llama.cpp's converter permutes its q and k rows (rope pairs
-    // interleaved), which the loader must undo before such a file gives the right numbers.
+    {"llama", Architecture::kLlama, "LlamaForCausalLM", "llama"},
 };
 
 // Reads the metadata keys of one file, each checked for its type and range.
@@ -242,6 +241,14 @@ Result<io::ModelConfig> GgufModelConfig(const GgufFile& file) {
     ASSIGN_OR_RETURN(c.moe_intermediate_size, k.Int("expert_feed_forward_length", 1, kMaxDim));
     // Qwen3-MoE checkpoints renormalize the top-k weights; llama.cpp's qwen3moe always does.
     c.norm_topk_prob = true;
+  }
+  if (c.architecture == Architecture::kLlama) {
+    // LlamaModel.modify_tensors interleaves the rotary halves of each q and k head.
+    c.gguf.rope_rows_interleaved = true;
+    if (file.Find("rope_freqs.weight") != nullptr) {
+      return Unimplemented("{}: tensor rope_freqs.weight (Llama 3.1's rope scaling) is not "
+                           "implemented", file.path());
+    }
   }
   if (c.architecture == Architecture::kQwen3Next) {
     const Status hybrid = ReadHybridKeys(k, c);

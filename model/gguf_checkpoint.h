@@ -7,10 +7,10 @@
 //     each expert's tensor is a slice of;
 //   - names: blk.N.attn_q.weight for model.layers.N.self_attn.q_proj.weight, ... (GgufName);
 //   - squeezed dimensions of 1 (a conv weight's [conv_dim, 1, K] as [conv_dim, K]).
-// Architectures: qwen3moe, qwen3 and qwen3next (its MTP layers appended as blk.{L + i} with
-// nextn.* tensors; the rewrites of its Gated DeltaNet and norms named in ModelConfig::gguf for the
-// loader). llama and qwen35moe are refused, naming the architecture, until their converter's
-// transforms are undone. Tensor types: F32, F16, BF16
+// Architectures: qwen3moe, qwen3, llama (its q and k rows interleaved per head for ggml's rope)
+// and qwen3next (its MTP layers appended as blk.{L + i} with nextn.* tensors); what the
+// converter rewrote is named in ModelConfig::gguf for the walk and the loader. qwen35moe is
+// refused, naming the architecture, until its rewrites are undone. Tensor types: F32, F16, BF16
 // and GGML's block formats (core/dtype.h).
 #pragma once
 

@@ -31,6 +31,9 @@ const char kQwen3MoeFlags[] =
 const char kQwen3NextFlags[] =
     "--arch qwen3_next --preset tiny --hidden-size 256 --num-layers 4 --moe-intermediate-size 256 "
     "--shared-expert-intermediate-size 256 --vocab-size 512 --seed 6";
+const char kLlamaFlags[] =
+    "--arch llama --preset tiny --hidden-size 256 --num-layers 2 --intermediate-size 512 "
+    "--vocab-size 512 --seed 5";
 const char kQwen3Flags[] =
     "--arch qwen3 --preset tiny --hidden-size 256 --num-layers 2 --intermediate-size 512 "
     "--vocab-size 512 --seed 4";
@@ -148,7 +151,8 @@ TEST_P(SameBitsTest, GgufOfAFolderLoadsAndRunsBitIdentically) {
 INSTANTIATE_TEST_SUITE_P(Architectures, SameBitsTest,
                          ::testing::Values(MadeArch{"gguf_qwen3moe", kQwen3MoeFlags},
                                            MadeArch{"gguf_qwen3", kQwen3Flags},
-                                           MadeArch{"gguf_qwen3next", kQwen3NextFlags}));
+                                           MadeArch{"gguf_qwen3next", kQwen3NextFlags},
+                                           MadeArch{"gguf_llama", kLlamaFlags}));
 
 constexpr DType kBlockDTypes[] = {DType::kGgmlQ8_0, DType::kGgmlQ4_0, DType::kGgmlQ4_1,
                                   DType::kGgmlQ5_0, DType::kGgmlQ5_1, DType::kGgmlQ4_K,

@@ -98,7 +98,7 @@ Status AddGgufModel(const io::ModelConfig& config, const io::SafetensorsCheckpoi
                     DType matrix_dtype, io::GgufWriter& writer) {
   const std::string_view arch = GgufArchitectureName(config.architecture);
   if (arch.empty()) {
-    return Unimplemented("GGUF export covers qwen3moe, qwen3 and qwen3next, not {}",
+    return Unimplemented("GGUF export covers qwen3moe, qwen3, qwen3next and llama, not {}",
                          config.architecture_name);
   }
   AddKeys(config, arch, writer);
@@ -108,6 +108,15 @@ Status AddGgufModel(const io::ModelConfig& config, const io::SafetensorsCheckpoi
   if (config.architecture == io::Architecture::kQwen3Next) {
     as_gguf.gguf.gdn_qkv_z_split = as_gguf.gguf.gdn_a_negated = as_gguf.gguf.norms_with_one = true;
   }
+  // llama: each q and k head's rows with their rotary halves interleaved (row 2j + t of a head
+  // holds Hugging Face's row t * head_dim / 2 + j).
+  auto interleaved = [&](int64_t rows) {
+    const int64_t hd = config.head_dim, half = hd / 2;
+    std::vector<int64_t> out(static_cast<size_t>(rows));
+    for (int64_t g = 0; g < rows; ++g) out[g] = g / hd * hd + g % hd % 2 * half + g % hd / 2;
+    return out;
+  };
+  const bool permute_qk = config.architecture == io::Architecture::kLlama;
   // Routed experts' tensors are stacked in expert order under one GGUF name.
   struct Stacked {
     std::vector<int64_t> ne;
@@ -149,6 +158,10 @@ Status AddGgufModel(const io::ModelConfig& config, const io::SafetensorsCheckpoi
       add(GgufNameOf(as_gguf, part).name, {rows - static_cast<int64_t>(qkv_rows), cols}, -1,
           matrix_dtype,
           EncodeRows(*t.stored, matrix_dtype, {split.data() + qkv_rows, split.size() - qkv_rows}));
+    } else if (permute_qk &&
+               (t.spec.role == TensorRole::kQProj || t.spec.role == TensorRole::kKProj)) {
+      add(GgufNameOf(as_gguf, t.spec).name, t.spec.shape, -1, matrix_dtype,
+          EncodeRows(*t.stored, matrix_dtype, interleaved(rows)));
     } else {
       const GgufName where = GgufNameOf(as_gguf, t.spec);
       add(where.name, t.spec.shape, where.expert, matrix_dtype, Encode(*t.stored, matrix_dtype));
