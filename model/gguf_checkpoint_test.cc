@@ -148,6 +148,38 @@ TEST_P(SameBitsTest, GgufOfAFolderLoadsAndRunsBitIdentically) {
   EXPECT_EQ(a->tie_word_embeddings, b->tie_word_embeddings);
 }
 
+// `moeserve export-gguf` then `moeserve generate --model FILE.gguf`: the tokenizer, chat
+// template, config and weights all from the file give the folder's text, greedy.
+TEST(GgufCommandsTest, ExportedFileGeneratesTheFoldersText) {
+  const std::string& dir = testing::MadeModel("gguf_qwen3next", kQwen3NextFlags);
+  const std::string gguf = dir + "/exported.gguf";
+  auto run = [](const std::string& cmd) {
+    std::string out;
+    FILE* p = popen(cmd.c_str(), "r");
+    EXPECT_NE(p, nullptr) << cmd;
+    if (p == nullptr) return out;
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
+    EXPECT_EQ(pclose(p), 0) << cmd;
+    return out;
+  };
+  run(fmt::format("{} export-gguf --model {} --out {} --type bf16 2>/dev/null", MOESERVE_BINARY,
+                  dir, gguf));
+  auto generate = [&](const std::string& model) {
+    return run(fmt::format("{} generate --model {} --prompt 'The morning came' --max-tokens 12 "
+                           "2>/dev/null",
+                           MOESERVE_BINARY, model));
+  };
+  const std::string from_folder = generate(dir), from_gguf = generate(gguf);
+  EXPECT_FALSE(from_folder.empty());
+  EXPECT_EQ(from_gguf, from_folder);
+  // A type that is no GGML format moeserve writes is refused.
+  EXPECT_NE(std::system(fmt::format("{} export-gguf --model {} --out {}.x --type q3_k 2>/dev/null",
+                                    MOESERVE_BINARY, dir, gguf)
+                            .c_str()),
+            0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Architectures, SameBitsTest,
                          ::testing::Values(MadeArch{"gguf_qwen3moe", kQwen3MoeFlags},
                                            MadeArch{"gguf_qwen3", kQwen3Flags},
