@@ -44,6 +44,7 @@
 #include "cli/sampling_flags.h"
 #include "core/log.h"
 #include "io/model_config.h"
+#include "model/model_files.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -412,9 +413,9 @@ int Run(const Options& o, const FlagSet& flags) {
   }
   Result<std::string> dir = o.model.Dir();
   if (!dir.ok()) return RuntimeError(kCommand, dir.status());
-  Result<io::ModelConfig> model_config = io::LoadModelConfig(*dir);
+  Result<io::ModelConfig> model_config = model::LoadModelConfigAt(*dir);
   if (!model_config.ok()) return RuntimeError(kCommand, model_config.status());
-  Result<std::unique_ptr<tokenizer::Tokenizer>> tok = tokenizer::Tokenizer::LoadFromDir(*dir);
+  Result<std::unique_ptr<tokenizer::Tokenizer>> tok = LoadModelTokenizer(*dir);
   if (!tok.ok()) return RuntimeError(kCommand, tok.status());
   Result<tokenizer::ChatTemplate> chat_template = RequireChatTemplate(*dir, o.chat_template);
   if (!chat_template.ok()) {

@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "core/memory_info.h"
 #include "io/model_config.h"
+#include "model/model_files.h"
 
 namespace moeserve::cli {
 
@@ -112,7 +113,7 @@ std::optional<int> CheckMemoryPlan(const ModelFlags& model, const EngineFlags& e
   // No config.json, or one that does not parse: the load says so.
   Result<std::string> dir = model.Dir();
   if (!dir.ok()) return std::nullopt;
-  Result<io::ModelConfig> model_config = io::LoadModelConfig(*dir);
+  Result<io::ModelConfig> model_config = model::LoadModelConfigAt(*dir);
   if (!model_config.ok()) return std::nullopt;
   Result<engine::MemoryPlan> plan = PlanRun(model, *model_config, config);
   if (!plan.ok()) return InputOrRuntimeError(command, plan.status());

@@ -22,6 +22,7 @@
 #include "cli/activation_dump.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/model_files.h"
 #include "cli/model_flags.h"
 #include "cli/prompts_file.h"
 #include "cli/sampling_flags.h"
@@ -30,6 +31,7 @@
 #include "core/timer.h"
 #include "engine/sampling_json.h"
 #include "io/model_config.h"
+#include "model/model_files.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -339,9 +341,9 @@ int Run(const Options& o, const engine::SamplingParams& defaults) {
   // The requests first, from config.json alone, so that a bad line fails before the weights
   // load. The tokenizer is needed for text prompts, stop strings and bad words; with token ids
   // it only adds the text.
-  Result<io::ModelConfig> model_config = io::LoadModelConfig(*dir);
+  Result<io::ModelConfig> model_config = model::LoadModelConfigAt(*dir);
   if (!model_config.ok()) return RuntimeError(kCommand, model_config.status());
-  Result<std::unique_ptr<tokenizer::Tokenizer>> tok = tokenizer::Tokenizer::LoadFromDir(*dir);
+  Result<std::unique_ptr<tokenizer::Tokenizer>> tok = LoadModelTokenizer(*dir);
   const ParseContext ctx{tok.ok() ? tok->get() : nullptr, tok.status(), model_config->vocab_size};
   std::vector<RequestSpec> specs;
   if (from_file) {

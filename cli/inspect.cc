@@ -16,6 +16,7 @@
 #include "io/safetensors.h"
 #include "kernels/isa.h"
 #include "kernels/memory_bandwidth.h"
+#include "model/model_files.h"
 #include "model/checkpoint_layout.h"
 #include "model/weight_bytes.h"
 
@@ -66,20 +67,23 @@ Status Inspect(const Options& o, const io::ModelConfig& config,
   const std::string& dir = o.model.model;
   // A folder with config.json alone (make-model --no-weights, a download not yet done) still
   // gets its counts and memory plan, the stored dtype taken from torch_dtype.
+  // A GGUF file is its own checkpoint (model_files.h).
   std::optional<io::SafetensorsCheckpoint> checkpoint;
-  if (Result<io::SafetensorsCheckpoint> opened = io::SafetensorsCheckpoint::Open(dir);
-      opened.ok()) {
-    checkpoint = std::move(*opened);
+  if (Result<model::ModelFiles> opened = model::OpenModelFiles(dir); opened.ok()) {
+    checkpoint = std::move(opened->checkpoint);
   } else if (opened.status().code() != StatusCode::kNotFound) {
     return opened.status();
   }
-  std::map<std::string, size_t> element_size;  // as stored (a checkpoint may mix bf16 and f32)
+  // Bytes per weight as stored (a checkpoint may mix dtypes; GGML's block formats hold their
+  // scales inside their blocks).
+  std::map<std::string, double> element_size;
   std::map<std::string, int64_t> dtype_bytes;
   if (checkpoint) {
     ASSIGN_OR_RETURN(std::vector<model::ResolvedTensor> tensors,
                      model::ResolveCheckpoint(config, *checkpoint));
     for (const model::ResolvedTensor& t : tensors) {
-      element_size[t.spec.name] = DTypeSize(t.stored->dtype);
+      element_size[t.spec.name] =
+          static_cast<double>(t.stored->bytes.size()) / static_cast<double>(t.stored->numel());
       dtype_bytes[std::string(DTypeName(t.stored->dtype))] += t.stored->bytes.size();
     }
   }
@@ -92,7 +96,7 @@ Status Inspect(const Options& o, const io::ModelConfig& config,
           return model::LoadedBytesPerWeight(t, plan->matrix_dtype, plan->base_dtype,
                                              plan->lm_head_dtype);
         }
-        return static_cast<double>(checkpoint ? element_size.at(t.name) : config_element_size);
+        return checkpoint ? element_size.at(t.name) : static_cast<double>(config_element_size);
       });
 
   double bandwidth = o.bandwidth_gbs;
@@ -227,7 +231,7 @@ int RunInspect(const std::vector<std::string>& args) {
                 "KV cache, GDN state slots and checkpoints, scratch, against the memory\n"
                 "available. serve, generate, chat and bench latency refuse a run whose plan does\n"
                 "not fit before loading. A folder with config.json alone is enough.");
-  flags.String("model", &o.model.model, "model folder (default: the embedded default model)");
+  flags.String("model", &o.model.model, "model: a Hugging Face folder or a GGUF file (default: the embedded default model)");
   flags.Bool("json", &o.json, "print JSON");
   flags.Double("bandwidth", &o.bandwidth_gbs, "read bandwidth in GB/s (0: measure it)");
   flags.Int("threads", &o.threads, "threads for the bandwidth probe (0: all cores)");
@@ -255,7 +259,7 @@ int RunInspect(const std::vector<std::string>& args) {
                                              o.model.model, o.model.model));
     }
   }
-  Result<io::ModelConfig> config = io::LoadModelConfig(o.model.model);
+  Result<io::ModelConfig> config = model::LoadModelConfigAt(o.model.model);
   if (!config.ok()) return RuntimeError(kCommand, config.status());
   // What the flags ask that the model refuses (a KV cache that cannot hold one request of
   // --max-model-len, a split that does not divide) is a usage error, as it is for serve; with

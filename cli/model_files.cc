@@ -9,6 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include "core/json.h"
+#include "io/gguf.h"
+#include "model/model_files.h"
+#include "tokenizer/gguf_tokenizer.h"
 
 namespace moeserve::cli {
 
@@ -23,8 +26,39 @@ Result<std::string> ReadTextFile(const std::string& path) {
   return std::move(text).str();
 }
 
+namespace {
+
+Result<tokenizer::GgufTokenizer> OpenGgufTokenizer(const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<io::GgufFile> file, io::GgufFile::Open(path));
+  return tokenizer::LoadGgufTokenizer(*file);
+}
+
+// LoadChatTemplate for a GGUF file: tokenizer.chat_template, or `file` with its special tokens.
+Result<std::optional<tokenizer::ChatTemplate>> GgufChatTemplate(const std::string& path,
+                                                                const std::string& file) {
+  ASSIGN_OR_RETURN(tokenizer::GgufTokenizer g, OpenGgufTokenizer(path));
+  if (file.empty()) {
+    if (!g.chat_template_status.ok()) return g.chat_template_status;
+    return std::move(g.chat_template);
+  }
+  Result<std::string> source = ReadTextFile(file);
+  if (!source.ok()) return source.status().WithContext("--chat-template");
+  Result<tokenizer::ChatTemplate> chat = g.WithChatTemplate(*source);
+  if (!chat.ok()) return chat.status().WithContext("--chat-template " + file);
+  return std::optional<tokenizer::ChatTemplate>(std::move(*chat));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<tokenizer::Tokenizer>> LoadModelTokenizer(const std::string& path) {
+  if (!model::IsGgufModel(path)) return tokenizer::Tokenizer::LoadFromDir(path);
+  ASSIGN_OR_RETURN(tokenizer::GgufTokenizer g, OpenGgufTokenizer(path));
+  return std::move(g.tokenizer);
+}
+
 Result<std::optional<tokenizer::ChatTemplate>> LoadChatTemplate(const std::string& dir,
                                                                 const std::string& file) {
+  if (model::IsGgufModel(dir)) return GgufChatTemplate(dir, file);
   std::optional<tokenizer::ChatTemplate> from_config;
   const std::string config_path = dir + "/tokenizer_config.json";
   if (std::filesystem::exists(config_path)) {
@@ -52,8 +86,8 @@ Result<tokenizer::ChatTemplate> RequireChatTemplate(const std::string& dir,
   ASSIGN_OR_RETURN(std::optional<tokenizer::ChatTemplate> chat, LoadChatTemplate(dir, file));
   if (!chat) {
     return NotFound(
-        "{} has no tokenizer_config.json with a chat template (--chat-template FILE gives one)",
-        dir);
+        "{} has no {} with a chat template (--chat-template FILE gives one)", dir,
+        model::IsGgufModel(dir) ? "tokenizer.chat_template" : "tokenizer_config.json");
   }
   return *std::move(chat);
 }

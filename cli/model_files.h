@@ -12,13 +12,18 @@
 #include "core/status.h"
 #include "engine/sampling_params.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace moeserve::cli {
 
 Result<std::string> ReadTextFile(const std::string& path);
 
+// The tokenizer of the model at `path`: a folder's tokenizer.json, a GGUF file's metadata.
+Result<std::unique_ptr<tokenizer::Tokenizer>> LoadModelTokenizer(const std::string& path);
+
 // The chat template: `file` (--chat-template; "" none) with tokenizer_config.json's special tokens
-// when the folder has them, else tokenizer_config.json's own. nullopt when there is neither; an
+// when the folder has them, else tokenizer_config.json's own (a GGUF file: its
+// tokenizer.chat_template and special tokens). nullopt when there is neither; an
 // error when a template that would be used does not parse.
 Result<std::optional<tokenizer::ChatTemplate>> LoadChatTemplate(const std::string& dir,
                                                                 const std::string& file);

@@ -13,13 +13,14 @@
 #include "core/timer.h"
 #include "core/trace.h"
 #include "kernels/isa.h"
+#include "model/model_files.h"
 #include "parallel/link_model.h"
 #include "parallel/mpi_communicator.h"
 
 namespace moeserve::cli {
 
 void ModelFlags::Register(FlagSet& flags) {
-  flags.String("model", &model, "model folder (default: the embedded default model)");
+  flags.String("model", &model, "model: a Hugging Face folder or a GGUF file (default: the embedded default model)");
   flags.String("weight-dtype", &weight_dtype,
                "bf16 | f32 | int8 (per output channel) | int4 (groups of 32) | w8a8 (int8 "
                "weights and int8 activations, one scale per token) | w4a8 (int4 weights, int8 "
@@ -135,7 +136,7 @@ Status ModelFlags::CheckParallel() const {
   if (tp == 1 && !ep) return OkStatus();
   Result<std::string> dir = Dir();
   if (!dir.ok()) return OkStatus();
-  Result<io::ModelConfig> config = io::LoadModelConfig(*dir);
+  Result<io::ModelConfig> config = model::LoadModelConfigAt(*dir);
   if (!config.ok()) return OkStatus();
   for (int r = 0; r < tp; ++r) {
     RETURN_IF_ERROR(model::MakeShardLayout(*config, {r, static_cast<int>(tp), ep}).status());

@@ -22,6 +22,7 @@
 #include "cli/request_limit_flags.h"
 #include "core/log.h"
 #include "io/model_config.h"
+#include "model/model_files.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 #include "tokenizer/chat_template.h"
@@ -92,9 +93,9 @@ int Run(const Options& o) {
   }
   Result<std::string> dir = o.model.Dir();
   if (!dir.ok()) return RuntimeError(kCommand, dir.status());
-  Result<io::ModelConfig> config = io::LoadModelConfig(*dir);
+  Result<io::ModelConfig> config = model::LoadModelConfigAt(*dir);
   if (!config.ok()) return RuntimeError(kCommand, config.status());
-  Result<std::unique_ptr<tokenizer::Tokenizer>> tok = tokenizer::Tokenizer::LoadFromDir(*dir);
+  Result<std::unique_ptr<tokenizer::Tokenizer>> tok = LoadModelTokenizer(*dir);
   if (!tok.ok()) return RuntimeError(kCommand, tok.status());
   Result<std::optional<tokenizer::ChatTemplate>> chat = LoadChatTemplate(*dir, o.chat_template);
   if (!chat.ok() && !o.chat_template.empty()) return UsageError(kCommand, chat.status());

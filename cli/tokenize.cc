@@ -125,7 +125,7 @@ int Tokenize(const TokenizeOptions& o) {
     return UsageError(kTokenize, InvalidArgument("--chat-template goes with --chat-file"));
   }
   const std::string dir = ModelDir(o.model);
-  Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::LoadFromDir(dir);
+  Result<std::unique_ptr<Tokenizer>> tok = LoadModelTokenizer(dir);
   if (!tok.ok()) return RuntimeError(kTokenize, tok.status());
   if (!o.texts_file.empty()) {
     Status s = TokenizeTextsFile(**tok, o.texts_file);
@@ -198,7 +198,7 @@ Result<std::vector<int32_t>> ParseIds(const std::string& text, const Tokenizer& 
 
 int Detokenize(const DetokenizeOptions& o) {
   if (!o.has_ids) return UsageError(kDetokenize, InvalidArgument("--ids is required"));
-  Result<std::unique_ptr<Tokenizer>> tok = Tokenizer::LoadFromDir(ModelDir(o.model));
+  Result<std::unique_ptr<Tokenizer>> tok = LoadModelTokenizer(ModelDir(o.model));
   if (!tok.ok()) return RuntimeError(kDetokenize, tok.status());
   Result<std::vector<int32_t>> ids = ParseIds(o.ids, **tok);
   if (!ids.ok()) return UsageError(kDetokenize, ids.status());

@@ -25,6 +25,11 @@ constexpr DTypeInfo kDTypes[] = {
     // No safetensors spelling: moeserve's own formats are never read from or written to a file.
     {DType::kQ8, 1, "int8", "", true},            {DType::kQ4, 1, "int4", "", true},
     {DType::kQ8A8, 1, "w8a8", "", true},          {DType::kQ4A8, 1, "w4a8", "", true},
+    // GGML's block formats: read from GGUF files only; size is the block's bytes.
+    {DType::kGgmlQ8_0, 34, "q8_0", "", false},    {DType::kGgmlQ4_0, 18, "q4_0", "", false},
+    {DType::kGgmlQ4_1, 20, "q4_1", "", false},    {DType::kGgmlQ5_0, 22, "q5_0", "", false},
+    {DType::kGgmlQ5_1, 24, "q5_1", "", false},    {DType::kGgmlQ4_K, 144, "q4_k", "", false},
+    {DType::kGgmlQ5_K, 176, "q5_k", "", false},   {DType::kGgmlQ6_K, 210, "q6_k", "", false},
 };
 
 const DTypeInfo& Info(DType dtype) {
@@ -38,6 +43,29 @@ const DTypeInfo& Info(DType dtype) {
 }  // namespace
 
 size_t DTypeSize(DType dtype) { return Info(dtype).size; }
+
+int64_t GgmlBlockWeights(DType dtype) {
+  switch (dtype) {
+    case DType::kGgmlQ8_0:
+    case DType::kGgmlQ4_0:
+    case DType::kGgmlQ4_1:
+    case DType::kGgmlQ5_0:
+    case DType::kGgmlQ5_1: return 32;
+    case DType::kGgmlQ4_K:
+    case DType::kGgmlQ5_K:
+    case DType::kGgmlQ6_K: return 256;
+    default: return 1;
+  }
+}
+
+size_t GgmlBlockBytes(DType dtype) { return Info(dtype).size; }
+
+size_t StoredRowBytes(DType dtype, int64_t n) {
+  CHECK(!IsPackedDType(dtype)) << DTypeName(dtype) << " rows are not stored in files";
+  const int64_t block = GgmlBlockWeights(dtype);
+  CHECK_EQ(n % block, 0) << DTypeName(dtype) << " row of " << n << " weights";
+  return static_cast<size_t>(n / block) * Info(dtype).size;
+}
 std::string_view DTypeName(DType dtype) { return Info(dtype).name; }
 std::string_view SafetensorsDTypeName(DType dtype) { return Info(dtype).safetensors_name; }
 bool IsComputeDType(DType dtype) { return Info(dtype).compute; }

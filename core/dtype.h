@@ -43,9 +43,32 @@ enum class DType : uint8_t {
   // "w4a8": stored as kQ4; each matmul also quantizes its activations as w8a8 does and sums
   // int8 products per group in int32, scaling each group's sum (kernels/quantize.h).
   kQ4A8,
+  // GGML's block formats (GGUF files, as llama.cpp's ggml-common.h defines them): a row of n
+  // weights is n / GgmlBlockWeights blocks of GgmlBlockBytes each, scales inside the blocks.
+  // Read from GGUF files, dequantized by kernels/ggml_blocks.h.
+  kGgmlQ8_0,  // 32 weights: f16 d, 32 int8 q; w = d q
+  kGgmlQ4_0,  // 32 weights: f16 d, 16 bytes of nibbles; w = d (q - 8)
+  kGgmlQ4_1,  // 32 weights: f16 d, f16 m, 16 bytes of nibbles; w = d q + m
+  kGgmlQ5_0,  // 32 weights: f16 d, 4 bytes of fifth bits, 16 of nibbles; w = d (q - 16)
+  kGgmlQ5_1,  // 32 weights: f16 d, f16 m, fifth bits, nibbles; w = d q + m
+  kGgmlQ4_K,  // 256 weights: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 of nibbles
+  kGgmlQ5_K,  // 256 weights: as Q4_K plus 32 bytes of fifth bits
+  kGgmlQ6_K,  // 256 weights: 128 bytes low nibbles, 64 high pairs, 16 int8 scales, f16 d
 };
 
 inline constexpr int64_t kQ4Group = 32;
+
+// True for GGML's block formats (kGgmlQ8_0 ... kGgmlQ6_K).
+inline bool IsGgmlBlockDType(DType dtype) {
+  return dtype >= DType::kGgmlQ8_0 && dtype <= DType::kGgmlQ6_K;
+}
+// Weights per block of a GGML block format (1 for every other dtype).
+int64_t GgmlBlockWeights(DType dtype);
+// Bytes per block of a GGML block format (DTypeSize for every other dtype).
+size_t GgmlBlockBytes(DType dtype);
+// Bytes of a row of n weights of `dtype` as a file stores it: n / GgmlBlockWeights blocks for a
+// block format (n must be a multiple), n * DTypeSize otherwise. Not for moeserve's packed formats.
+size_t StoredRowBytes(DType dtype, int64_t n);
 
 // True for the packed weight formats (kQ8, kQ8A8, kQ4, kQ4A8): DTypeSize is not their bytes per
 // element.

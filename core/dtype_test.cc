@@ -374,6 +374,33 @@ TEST(DTypeTest, Sizes) {
   EXPECT_EQ(DTypeSize(DType::kF8E5M2), 1u);
 }
 
+// Block sizes as ggml-common.h's static_asserts give them.
+TEST(DTypeTest, GgmlBlockFormats) {
+  struct Expected {
+    DType dtype;
+    int64_t weights;
+    size_t bytes;
+  };
+  for (const Expected& e : {Expected{DType::kGgmlQ8_0, 32, 2 + 32},
+                            Expected{DType::kGgmlQ4_0, 32, 2 + 16},
+                            Expected{DType::kGgmlQ4_1, 32, 2 + 2 + 16},
+                            Expected{DType::kGgmlQ5_0, 32, 2 + 4 + 16},
+                            Expected{DType::kGgmlQ5_1, 32, 2 + 2 + 4 + 16},
+                            Expected{DType::kGgmlQ4_K, 256, 2 + 2 + 12 + 128},
+                            Expected{DType::kGgmlQ5_K, 256, 2 + 2 + 12 + 32 + 128},
+                            Expected{DType::kGgmlQ6_K, 256, 128 + 64 + 16 + 2}}) {
+    EXPECT_TRUE(IsGgmlBlockDType(e.dtype)) << DTypeName(e.dtype);
+    EXPECT_EQ(GgmlBlockWeights(e.dtype), e.weights) << DTypeName(e.dtype);
+    EXPECT_EQ(GgmlBlockBytes(e.dtype), e.bytes) << DTypeName(e.dtype);
+    EXPECT_EQ(StoredRowBytes(e.dtype, 4 * e.weights), 4 * e.bytes) << DTypeName(e.dtype);
+    EXPECT_EQ(ParseDTypeName(DTypeName(e.dtype)), e.dtype);
+  }
+  EXPECT_FALSE(IsGgmlBlockDType(DType::kQ4));
+  EXPECT_FALSE(IsGgmlBlockDType(DType::kF16));
+  EXPECT_EQ(StoredRowBytes(DType::kBF16, 10), 20u);
+  EXPECT_DEATH(StoredRowBytes(DType::kGgmlQ4_K, 100), "q4_k row of 100");
+}
+
 TEST(DTypeTest, NamesRoundTrip) {
   for (DType dtype : kAllDTypes) {
     const std::string_view name = DTypeName(dtype);

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "core/json.h"
+#include "io/mapped_file.h"
 #include "core/check.h"
 
 namespace moeserve::io {
@@ -35,8 +36,6 @@ constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
 constexpr uint64_t kMaxIndexBytes = uint64_t{100} << 20;
 constexpr char kIndexName[] = "model.safetensors.index.json";
 constexpr char kSingleName[] = "model.safetensors";
-
-std::string ErrnoMessage(int err) { return std::generic_category().message(err); }
 
 // "BF16, F16, ..." for the message of an unknown dtype.
 std::string KnownDTypeList() {
@@ -105,43 +104,6 @@ struct Range {
 };
 
 // ---- SafetensorsFile::Open's phases, in order ----
-
-// The whole file, mapped read-only.
-struct Mapping {
-  void* data;
-  uint64_t size;
-};
-
-Result<Mapping> MapFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) return NotFound("{}: no such file", path);
-    return IoError("{}: cannot open: {}", path, ErrnoMessage(err));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return IoError("{}: cannot stat: {}", path, ErrnoMessage(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return InvalidArgument("{}: not a regular file", path);
-  }
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
-  // Checked before mmap, which refuses a length of 0.
-  if (file_size < 8) {
-    ::close(fd);
-    return InvalidArgument("{}: file is {} bytes, shorter than the 8-byte header length", path,
-                           file_size);
-  }
-  void* map = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int mmap_err = errno;
-  ::close(fd);  // the mapping keeps the file alive
-  if (map == MAP_FAILED) return IoError("{}: cannot mmap: {}", path, ErrnoMessage(mmap_err));
-  return Mapping{map, file_size};
-}
 
 // The header length: u64 little-endian, whatever the host's byte order.
 Result<uint64_t> ReadHeaderLength(const std::string& path, const std::byte* base,
@@ -370,6 +332,25 @@ Tensor SafetensorsTensor::view() const {
 
 // ---- SafetensorsFile ----
 
+std::unique_ptr<SafetensorsFile> SafetensorsFile::FromMapping(
+    std::string path, std::shared_ptr<const void> owner, std::span<const std::byte> mapping,
+    std::vector<SafetensorsTensor> tensors) {
+  CHECK(owner != nullptr);
+  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->path_ = std::move(path);
+  f->owner_ = std::move(owner);
+  f->borrowed_mapping_ = mapping;
+  f->tensors_ = std::move(tensors);
+  for (size_t i = 0; i < f->tensors_.size(); ++i) {
+    const SafetensorsTensor& t = f->tensors_[i];
+    CHECK(t.bytes.empty() || (t.bytes.data() >= mapping.data() &&
+                              t.bytes.data() + t.bytes.size() <= mapping.data() + mapping.size()))
+        << t.name << " lies outside the mapping";
+    CHECK(f->index_.emplace(t.name, i).second) << "duplicate tensor " << t.name;
+  }
+  return f;
+}
+
 SafetensorsFile::~SafetensorsFile() {
   if (map_ != nullptr) ::munmap(map_, map_size_);
 }
@@ -382,7 +363,7 @@ const SafetensorsTensor* SafetensorsFile::Find(std::string_view name) const {
 Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = path;
-  ASSIGN_OR_RETURN(const Mapping map, MapFile(path));
+  ASSIGN_OR_RETURN(const FileMapping map, MapReadOnly(path, 8, "the 8-byte header length"));
   file->map_ = map.data;  // from here on the destructor unmaps, also on every error return
   file->map_size_ = map.size;
   const auto* base = static_cast<const std::byte*>(map.data);
@@ -566,6 +547,13 @@ Result<SafetensorsCheckpoint> SafetensorsCheckpoint::Open(const std::string& dir
       }
     }
   }
+  return checkpoint;
+}
+
+SafetensorsCheckpoint SafetensorsCheckpoint::FromFile(std::unique_ptr<SafetensorsFile> file) {
+  SafetensorsCheckpoint checkpoint;
+  for (const SafetensorsTensor& t : file->tensors()) checkpoint.by_name_.emplace(t.name, &t);
+  checkpoint.files_.push_back(std::move(file));
   return checkpoint;
 }
 

@@ -42,6 +42,13 @@ struct SafetensorsTensor {
 class SafetensorsFile {
  public:
   static Result<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
+  // Tensors another reader found in a file it mapped (a GGUF file's, under the names and shapes
+  // a model reads them by: model/gguf_checkpoint.h). `owner` keeps `mapping` -- the whole mapped
+  // file, which every tensor's bytes lie in -- alive; names must be unique.
+  static std::unique_ptr<SafetensorsFile> FromMapping(std::string path,
+                                                      std::shared_ptr<const void> owner,
+                                                      std::span<const std::byte> mapping,
+                                                      std::vector<SafetensorsTensor> tensors);
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
@@ -54,14 +61,17 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // The whole file as mapped (read-only; the mapping starts on a page boundary).
   std::span<const std::byte> mapping() const {
-    return {static_cast<const std::byte*>(map_), map_size_};
+    return owner_ ? borrowed_mapping_
+                  : std::span<const std::byte>{static_cast<const std::byte*>(map_), map_size_};
   }
 
  private:
   SafetensorsFile() = default;
   std::string path_;
-  void* map_ = nullptr;
+  void* map_ = nullptr;  // what this file mapped itself (Open), unmapped with it
   size_t map_size_ = 0;
+  std::shared_ptr<const void> owner_;  // FromMapping: the mapping's owner
+  std::span<const std::byte> borrowed_mapping_;
   std::vector<SafetensorsTensor> tensors_;
   std::map<std::string, size_t, std::less<>> index_;  // name -> position in tensors_
   std::map<std::string, std::string> metadata_;
@@ -72,6 +82,8 @@ class SafetensorsFile {
 class SafetensorsCheckpoint {
  public:
   static Result<SafetensorsCheckpoint> Open(const std::string& dir);
+  // A checkpoint of the one file (SafetensorsFile::FromMapping's).
+  static SafetensorsCheckpoint FromFile(std::unique_ptr<SafetensorsFile> file);
 
   const SafetensorsTensor* Find(std::string_view name) const;  // nullptr if absent
   // Every tensor of every shard, shard by shard in header order.

@@ -16,6 +16,7 @@
 #include <system_error>
 #include <utility>
 
+#include "io/mapped_file.h"
 #include "io/safetensors.h"
 
 namespace moeserve::io {
@@ -28,8 +29,6 @@ constexpr char kIndexName[] = "model.safetensors.index.json";
 constexpr char kSingleName[] = "model.safetensors";
 // Shard names carry 5 digits, as Hugging Face's do.
 constexpr size_t kMaxShards = 99999;
-
-std::string ErrnoMessage(int err) { return std::generic_category().message(err); }
 
 // Validates the specs (the reader would reject what this refuses) and returns each tensor's byte
 // count. `where` names the file or folder being written, for messages.

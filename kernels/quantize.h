@@ -79,9 +79,12 @@ bool CanPack(DType dtype, int64_t K);
 void QuantizeRow(const float* row, const Tensor& W, int64_t n);
 
 // Writes rows [first_row, first_row + rows) of the packed matrix W ([N, K]) from `rows` source
-// rows of K values of src_dtype (bf16, f16 or f32), row r at src + r * src_stride bytes: the
-// same bytes as ConvertToF32 then QuantizeRow for each row (its scalar twin), widened and
-// quantized together in SIMD (kernels/quantize_rows-inl.h). The load packs with it.
+// rows of K values of src_dtype, row r at src + r * src_stride bytes (src_stride at least the
+// row's StoredRowBytes): bf16, f16 or f32, the same bytes as ConvertToF32 then QuantizeRow for
+// each row (its scalar twin), widened and quantized together in SIMD
+// (kernels/quantize_rows-inl.h); or a GGML block format (K a multiple of its block's weights),
+// the same bytes as DequantizeGgmlRow (kernels/ggml_blocks.h) then QuantizeRow for each row. The
+// load packs with it.
 void QuantizeRows(DType src_dtype, const std::byte* src, size_t src_stride, int64_t rows,
                   const Tensor& W, int64_t first_row);
 

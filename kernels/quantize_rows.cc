@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/ggml_blocks.h"
 #include "kernels/quantize.h"
 
 namespace moeserve::kernels {
@@ -24,12 +25,13 @@ void QuantizeRows(DType src_dtype, const std::byte* src, size_t src_stride, int6
                   const Tensor& W, int64_t first_row) {
   CHECK(IsPackedDType(W.dtype())) << DTypeName(W.dtype()) << " is not a packed weight format";
   CHECK(W.rank() == 2 && W.contiguous());
-  CHECK(src_dtype == DType::kBF16 || src_dtype == DType::kF16 || src_dtype == DType::kF32)
-      << "QuantizeRows packs bf16, f16 or f32 rows, not " << DTypeName(src_dtype);
+  CHECK(src_dtype == DType::kBF16 || src_dtype == DType::kF16 || src_dtype == DType::kF32 ||
+        IsGgmlBlockDType(src_dtype))
+      << "QuantizeRows packs bf16, f16, f32 or GGML block rows, not " << DTypeName(src_dtype);
   CHECK(rows >= 0 && first_row >= 0 && first_row <= W.dim(0) && rows <= W.dim(0) - first_row)
       << rows << " rows from row " << first_row << " of " << W.ShapeString();
   const int64_t K = W.dim(1);
-  const size_t row_bytes = static_cast<size_t>(K) * DTypeSize(src_dtype);
+  const size_t row_bytes = StoredRowBytes(src_dtype, K);  // checks K for a block format
   CHECK(src_stride >= row_bytes) << "source rows of " << row_bytes << " bytes " << src_stride
                                  << " bytes apart overlap";
   if (rows == 0) return;
@@ -43,16 +45,16 @@ void QuantizeRows(DType src_dtype, const std::byte* src, size_t src_stride, int6
                 : static_cast<void*>(MutablePackedRowScales(W) + r);
   };
   const auto quantize = HWY_DYNAMIC_DISPATCH(QuantizeRowsImpl);
-  if (src_dtype != DType::kF16) {
+  if (src_dtype == DType::kBF16 || src_dtype == DType::kF32) {
     quantize(src_dtype == DType::kBF16, src, src_stride, static_cast<size_t>(rows),
              static_cast<size_t>(K), int4, packed(first_row), scales(first_row));
     return;
   }
-  // f16 checkpoints are rare: widened a row at a time, then packed as f32.
+  // f16 and GGML block rows: widened (dequantized) a row at a time, then packed as f32.
   std::vector<float> row(static_cast<size_t>(K));
   for (int64_t r = 0; r < rows; ++r) {
-    ConvertToF32(DType::kF16, src + r * src_stride, row.data(), row.size());
-    quantize(false, reinterpret_cast<const std::byte*>(row.data()), row_bytes, 1,
+    DequantizeGgmlRow(src_dtype, src + r * src_stride, row.data(), K);
+    quantize(false, reinterpret_cast<const std::byte*>(row.data()), K * sizeof(float), 1,
              static_cast<size_t>(K), int4, packed(first_row + r), scales(first_row + r));
   }
 }

@@ -3,7 +3,7 @@
 // smallest each allows to 8192 (every int8 tail length), several row counts and first rows, row
 // strides with an odd number of extra elements, bf16 and f32 sources, and rows built from hostile
 // values (NaN, ±Inf, denormals, -0, zeros, ties, scales that underflow or saturate f16). The
-// dispatched entry point once more with an f16 source, and its errors.
+// dispatched entry point once more with an f16 source, with GGML block sources, and its errors.
 
 #include <gtest/gtest.h>
 
@@ -19,6 +19,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "kernels/quantize.h"
+#include "kernels/ref/ggml_blocks_ref.h"
 
 // foreach_target.h re-includes this file once per target; the per-target tests below call that
 // target's QuantizeRowsImpl from quantize_rows-inl.h directly, not through the dispatcher.
@@ -313,6 +314,49 @@ TEST(QuantizeRowsDispatchTest, MatchesQuantizeRow) {
       QuantizeRows(src_dtype, src.data(), stride, 0, got.view(), N);  // nothing, at the end
     }
   }
+}
+
+// GGML block rows (GGUF files): each row dequantized (DequantizeGgmlRowRef, the twin of what
+// QuantizeRows calls) then QuantizeRow, byte for byte: every block format into every packed
+// dtype, blocks quantized from plausible rows and blocks of random bytes (NaN and infinite
+// scales included), rows a few bytes further apart than they are long.
+TEST(QuantizeRowsDispatchTest, GgmlBlockRowsMatchDequantizeThenQuantizeRow) {
+  std::mt19937 rng(8);
+  for (DType src_dtype : {DType::kGgmlQ8_0, DType::kGgmlQ4_0, DType::kGgmlQ4_1, DType::kGgmlQ5_0,
+                          DType::kGgmlQ5_1, DType::kGgmlQ4_K, DType::kGgmlQ5_K, DType::kGgmlQ6_K}) {
+    for (DType dtype : {DType::kQ8, DType::kQ8A8, DType::kQ4, DType::kQ4A8}) {
+      const int64_t N = 8, K = 512, first = 2, rows = 5;
+      const size_t row_bytes = StoredRowBytes(src_dtype, K), stride = row_bytes + 3;
+      std::vector<std::byte> src(rows * stride, std::byte{0xff});
+      for (int64_t r = 0; r < rows; ++r) {
+        std::byte* to = src.data() + r * stride;
+        if (r == 3) {  // random bytes
+          for (size_t i = 0; i < row_bytes; ++i) to[i] = static_cast<std::byte>(rng());
+          continue;
+        }
+        std::vector<float> v(K);
+        for (float& x : v) x = std::normal_distribution<float>(0.0f, 0.05f)(rng);
+        ref::QuantizeGgmlRowRef(src_dtype, v.data(), to, K);
+      }
+      OwnedTensor want(dtype, {N, K}), got(dtype, {N, K});
+      std::memset(want.view().data(), 0xa5, want.view().bytes());
+      std::memset(got.view().data(), 0xa5, got.view().bytes());
+      std::vector<float> row(K);
+      for (int64_t r = 0; r < rows; ++r) {
+        ref::DequantizeGgmlRowRef(src_dtype, src.data() + r * stride, row.data(), K);
+        QuantizeRow(row.data(), want.view(), first + r);
+      }
+      QuantizeRows(src_dtype, src.data(), stride, rows, got.view(), first);
+      EXPECT_EQ(std::memcmp(got.view().data(), want.view().data(), want.view().bytes()), 0)
+          << DTypeName(dtype) << " from " << DTypeName(src_dtype);
+    }
+  }
+  OwnedTensor W(DType::kQ8, {2, 96});
+  std::vector<std::byte> src(1024);
+  EXPECT_DEATH(QuantizeRows(DType::kGgmlQ4_K, src.data(), 512, 1, W.view(), 0),
+               "q4_k row of 96 weights");
+  EXPECT_DEATH(QuantizeRows(DType::kGgmlQ8_0, src.data(), 101, 1, W.view(), 0),
+               "source rows of 102 bytes 101 bytes apart overlap");
 }
 
 TEST(QuantizeRowsDispatchTest, RejectsBadArguments) {

@@ -11,6 +11,7 @@
 #include "kernels/matmul.h"
 #include "kernels/norms.h"
 #include "model/decoder_layer.h"
+#include "model/model_files.h"
 
 namespace moeserve::model {
 
@@ -22,9 +23,10 @@ int64_t PrefillAlignment(const io::ModelConfig& config) {
 
 Result<std::unique_ptr<CausalLm>> CausalLm::Load(const std::string& dir,
                                                  const LoadOptions& options) {
-  ASSIGN_OR_RETURN(io::ModelConfig config, io::LoadModelConfig(dir));
+  ASSIGN_OR_RETURN(ModelFiles files, OpenModelFiles(dir));
+  io::ModelConfig& config = files.config;
+  const io::SafetensorsCheckpoint& checkpoint = files.checkpoint;
   ASSIGN_OR_RETURN(ShardLayout shard, MakeShardLayout(config, options.shard));
-  ASSIGN_OR_RETURN(io::SafetensorsCheckpoint checkpoint, io::SafetensorsCheckpoint::Open(dir));
   const size_t threads =
       options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
   Result<ModelWeights> weights = [&] {

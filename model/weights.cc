@@ -8,6 +8,7 @@
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "io/safetensors_pages.h"
+#include "kernels/ggml_blocks.h"
 #include "kernels/quantize.h"
 #include "model/arch/qwen3_next.h"
 #include "model/checkpoint_layout.h"
@@ -60,7 +61,8 @@ RowCopy PlanCopy(const SafetensorsTensor& src, int64_t src_cols, std::vector<int
   CHECK_EQ(dst.dim(1), cols.count);
   CHECK_LE(cols.end(), src_cols);
   CHECK_LE(dst_row + static_cast<int64_t>(rows.size()), dst.dim(0));
-  const size_t row_bytes = static_cast<size_t>(src_cols) * DTypeSize(src.dtype);
+  const size_t row_bytes = StoredRowBytes(src.dtype, src_cols);
+  CHECK_EQ(cols.begin % GgmlBlockWeights(src.dtype), 0);  // CheckBlockSplits refused it before
   for (int64_t r : rows) CHECK_LE(static_cast<size_t>(r + 1) * row_bytes, src.bytes.size());
   return RowCopy{&src, src_cols, std::move(rows), cols, dst, dst_row};
 }
@@ -72,14 +74,16 @@ void CopyRows(const RowCopy& c, size_t begin, size_t end, float* row) {
   const DType from_dtype = c.src->dtype, to_dtype = c.dst.dtype();
   const size_t src_size = DTypeSize(from_dtype), dst_size = DTypeSize(to_dtype);
   const int64_t n = c.cols.count;
+  const size_t row_bytes = StoredRowBytes(from_dtype, c.src_cols);
+  const size_t col_offset = StoredRowBytes(from_dtype, c.cols.begin);
   auto source = [&](size_t i) {
-    return c.src->bytes.data() + (c.rows[i] * c.src_cols + c.cols.begin) * src_size;
+    return c.src->bytes.data() + static_cast<size_t>(c.rows[i]) * row_bytes + col_offset;
   };
   if (IsPackedDType(to_dtype)) {
     for (size_t i = begin; i < end;) {
       size_t run_end = i + 1;  // rows [i, run_end) are consecutive in the source
       while (run_end < end && c.rows[run_end] == c.rows[run_end - 1] + 1) ++run_end;
-      kernels::QuantizeRows(from_dtype, source(i), c.src_cols * src_size,
+      kernels::QuantizeRows(from_dtype, source(i), row_bytes,
                             static_cast<int64_t>(run_end - i), c.dst,
                             c.dst_row + static_cast<int64_t>(i));
       i = run_end;
@@ -92,6 +96,9 @@ void CopyRows(const RowCopy& c, size_t begin, size_t end, float* row) {
     std::byte* to = static_cast<std::byte*>(c.dst.data()) + dst_row * n * dst_size;
     if (from_dtype == to_dtype) {
       std::memcpy(to, from, n * src_size);
+    } else if (IsGgmlBlockDType(from_dtype)) {
+      kernels::DequantizeGgmlRow(from_dtype, from, row, n);
+      ConvertFromF32(row, to_dtype, to, n);
     } else {
       ConvertToF32(from_dtype, from, row, n);
       ConvertFromF32(row, to_dtype, to, n);
@@ -113,7 +120,7 @@ class CopyRunner {
       const RowCopy& copy = copies[c];
       const size_t cols = static_cast<size_t>(copy.cols.count);
       const size_t per_block =
-          std::max<size_t>(1, kBlockBytes / (cols * DTypeSize(copy.src->dtype)));
+          std::max<size_t>(1, kBlockBytes / StoredRowBytes(copy.src->dtype, copy.cols.count));
       for (size_t r = 0; r < copy.rows.size(); r += per_block) {
         blocks_.push_back({c, r, std::min(r + per_block, copy.rows.size())});
       }
@@ -203,6 +210,9 @@ void AllocateLayer(const ShardLayout& shard, const MatrixFormat& f, io::LayerTyp
   }
 }
 
+// The float dtype of a load's matrices when --weight-dtype is not given: bf16 when the
+// checkpoint's matrices are bf16, else f32 (f32, f16, and GGML's block formats, whose values
+// bf16 would round: a router in bf16 can pick other experts).
 DType ChooseMatrixDType(const std::vector<ResolvedTensor>& tensors) {
   for (const ResolvedTensor& t : tensors) {
     if (t.spec.kind == TensorKind::kLinear && t.stored->dtype == DType::kBF16) return DType::kBF16;
@@ -210,14 +220,29 @@ DType ChooseMatrixDType(const std::vector<ResolvedTensor>& tensors) {
   return DType::kF32;
 }
 
+// The packed format that holds a GGUF file's block-quantized matrices when --weight-dtype is not
+// given: int8, whose one rounding of the format's values stays close to them (int4 would round
+// a 4- to 6-bit grid onto another; the memory plan names it when int8 does not fit); nullopt
+// when no matrix is block-quantized.
+std::optional<DType> ChooseBlockMatrixDType(const std::vector<ResolvedTensor>& tensors) {
+  for (const ResolvedTensor& t : tensors) {
+    if (t.spec.kind == TensorKind::kLinear && IsGgmlBlockDType(t.stored->dtype)) return DType::kQ8;
+  }
+  return std::nullopt;
+}
+
 // The loader's phases, in order (LoadWeights).
 
-Status CheckFloatDTypes(const std::vector<ResolvedTensor>& tensors) {
+// Every tensor is bf16, f16 or f32; matrices may also be in GGML's block formats (GGUF files).
+Status CheckStoredDTypes(const std::vector<ResolvedTensor>& tensors) {
   for (const ResolvedTensor& t : tensors) {
-    if (!IsFloatDType(t.stored->dtype)) {
-      return Unimplemented("tensor '{}' in {} has dtype {}; moeserve loads bf16, f16 and f32",
-                           t.spec.name, t.stored->file, DTypeName(t.stored->dtype));
-    }
+    const DType d = t.stored->dtype;
+    const bool matrix =
+        t.spec.kind == TensorKind::kLinear || t.spec.kind == TensorKind::kEmbedding;
+    if (IsFloatDType(d) || (matrix && IsGgmlBlockDType(d))) continue;
+    return Unimplemented("tensor '{}' in {} has dtype {}; moeserve loads bf16, f16 and f32{}",
+                         t.spec.name, t.stored->file, DTypeName(d),
+                         matrix ? " and GGML's block formats" : "");
   }
   return OkStatus();
 }
@@ -232,7 +257,8 @@ Status CheckMatrixDType(DType d, std::string_view what) {
 // The requested matrix dtype (nullopt: as the checkpoint's matrices) and the base dtype.
 Result<MatrixFormat> ChooseMatrixFormat(const std::vector<ResolvedTensor>& tensors,
                                         std::optional<DType> matrix_dtype) {
-  const DType requested = matrix_dtype.value_or(ChooseMatrixDType(tensors));
+  const DType requested =
+      matrix_dtype.value_or(ChooseBlockMatrixDType(tensors).value_or(ChooseMatrixDType(tensors)));
   RETURN_IF_ERROR(CheckMatrixDType(requested, "weight"));
   // Packed formats keep what they cannot hold (routers, embeddings, int4's odd widths) in the
   // checkpoint's own precision.
@@ -256,7 +282,7 @@ void AllocateLayers(const io::ModelConfig& c, const ShardLayout& shard, const Ma
 // keeps and where they go in its concatenated matrices.
 struct RankSlices {
   int64_t q_rows = 0, kv_rows = 0;  // local rows of the qkv matrix: its q part, its k (or v) part
-  std::vector<int64_t> q_src, kv_src;  // their source rows
+  std::vector<int64_t> q_src, k_src, v_src;  // their source rows
   Range o_cols;                        // o_proj's columns
   // The [q | k | v] rows of GDN's split layout [q | k | v | z] this rank keeps (its conv
   // channels), and the source row of each [q | k | v | z] / [b | a] row it keeps.
@@ -274,7 +300,14 @@ RankSlices SliceTensors(const io::ModelConfig& c, const ShardLayout& shard) {
   s.q_rows = local.num_attention_heads * q_stride;
   s.kv_rows = local.num_key_value_heads * hd;
   s.q_src = Rows({{shard.q_heads.begin * q_stride, s.q_rows}});
-  s.kv_src = Rows({{shard.kv_heads.begin * hd, s.kv_rows}});
+  s.v_src = Rows({{shard.kv_heads.begin * hd, s.kv_rows}});
+  s.k_src = s.v_src;
+  if (c.gguf.rope_rows_interleaved) {  // Hugging Face's row r of a head is stored at row
+    const int64_t half = hd / 2;       // 2 (r % half) + r / half of it
+    for (std::vector<int64_t>* rows : {&s.q_src, &s.k_src}) {
+      for (int64_t& r : *rows) r = r / hd * hd + 2 * (r % hd % half) + r % hd / half;
+    }
+  }
   s.o_cols = {shard.q_heads.begin * hd, shard.q_heads.count * hd};
 
   const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
@@ -299,6 +332,34 @@ RankSlices SliceTensors(const io::ModelConfig& c, const ShardLayout& shard) {
     for (int64_t& r : s.ba_src) r = ba_rows[r];
   }
   return s;
+}
+
+// A rank keeps whole blocks of a block-format matrix: a split of its columns (--tp) that would cut
+// a block is refused, naming the tensor. Rows are never split inside: a row is whole blocks.
+Status CheckBlockSplits(const std::vector<ResolvedTensor>& tensors, const ShardLayout& shard,
+                        const RankSlices& s) {
+  for (const ResolvedTensor& t : tensors) {
+    const int64_t block = GgmlBlockWeights(t.stored->dtype);
+    if (block == 1) continue;
+    Range cols;
+    switch (t.spec.role) {
+      case TensorRole::kOProj: cols = s.o_cols; break;
+      case TensorRole::kGdnOutProj: cols = s.gdn_v; break;
+      case TensorRole::kExpertDown:
+      case TensorRole::kExpertsDown: cols = shard.moe; break;
+      case TensorRole::kSharedExpertDown: cols = shard.shared; break;
+      case TensorRole::kMlpDown: cols = shard.mlp; break;
+      default: continue;  // whole rows only
+    }
+    if (cols.begin % block != 0 || cols.count % block != 0) {
+      return InvalidArgument(
+          "tensor '{}' is {} (blocks of {} weights along a row); rank {} of {} would hold its "
+          "columns [{}, {}), which splits a block: choose fewer ranks",
+          t.spec.name, DTypeName(t.stored->dtype), block, shard.spec.rank, shard.spec.size,
+          cols.begin, cols.end());
+    }
+  }
+  return OkStatus();
 }
 
 // A load that takes more than a second reports, about once a second and when it ends (rank 0
@@ -418,15 +479,15 @@ void PlaceTensor(const TensorSource& t, const io::ModelConfig& c, const ShardLay
     case TensorRole::kPostAttentionNorm: layer->post_attention_norm = t.Norm(); break;
 
     case TensorRole::kQProj: t.IntoRows(layer->attention.qkv, s.q_src, 0); break;
-    case TensorRole::kKProj: t.IntoRows(layer->attention.qkv, s.kv_src, s.q_rows); break;
+    case TensorRole::kKProj: t.IntoRows(layer->attention.qkv, s.k_src, s.q_rows); break;
     case TensorRole::kVProj:
-      t.IntoRows(layer->attention.qkv, s.kv_src, s.q_rows + s.kv_rows);
+      t.IntoRows(layer->attention.qkv, s.v_src, s.q_rows + s.kv_rows);
       break;
     case TensorRole::kOProj: layer->attention.o_proj = t.Matrix(Rows({{0, H}}), s.o_cols); break;
     case TensorRole::kQBias: t.Bias(s.q_src, layer->attention.qkv_bias, 0); break;
-    case TensorRole::kKBias: t.Bias(s.kv_src, layer->attention.qkv_bias, s.q_rows); break;
+    case TensorRole::kKBias: t.Bias(s.k_src, layer->attention.qkv_bias, s.q_rows); break;
     case TensorRole::kVBias:
-      t.Bias(s.kv_src, layer->attention.qkv_bias, s.q_rows + s.kv_rows);
+      t.Bias(s.v_src, layer->attention.qkv_bias, s.q_rows + s.kv_rows);
       break;
     case TensorRole::kOBias:  // added once: by rank 0, before the all-reduce
       if (rank0) layer->attention.o_bias = t.F32();
@@ -453,7 +514,9 @@ void PlaceTensor(const TensorSource& t, const io::ModelConfig& c, const ShardLay
       break;
     case TensorRole::kGdnALog:
       layer->gdn.neg_exp_a = Gather(t.F32(), Rows({shard.gdn_value_heads}));
-      for (float& a : layer->gdn.neg_exp_a) a = -std::exp(a);
+      if (!c.gguf.gdn_a_negated) {
+        for (float& a : layer->gdn.neg_exp_a) a = -std::exp(a);
+      }
       break;
     case TensorRole::kGdnNorm: layer->gdn.norm = t.Norm(); break;
     case TensorRole::kGdnOutProj: layer->gdn.out_proj = t.Matrix(Rows({{0, H}}), s.gdn_v); break;
@@ -584,7 +647,7 @@ Result<ModelWeights> LoadWeights(const io::ModelConfig& c, const ShardLayout& sh
                                  std::optional<DType> matrix_dtype, ThreadPool* pool,
                                  std::optional<DType> lm_head_dtype) {
   ASSIGN_OR_RETURN(std::vector<ResolvedTensor> tensors, ResolveCheckpoint(c, checkpoint));
-  RETURN_IF_ERROR(CheckFloatDTypes(tensors));
+  RETURN_IF_ERROR(CheckStoredDTypes(tensors));
   ASSIGN_OR_RETURN(MatrixFormat format, ChooseMatrixFormat(tensors, matrix_dtype));
   if (lm_head_dtype) {
     RETURN_IF_ERROR(CheckMatrixDType(*lm_head_dtype, "lm_head"));
@@ -593,8 +656,9 @@ Result<ModelWeights> LoadWeights(const io::ModelConfig& c, const ShardLayout& sh
   ModelWeights w;
   w.matrix_dtype = format.requested;
   w.base_dtype = format.base;
-  AllocateLayers(c, shard, format, w);
   const RankSlices slices = SliceTensors(c, shard);
+  RETURN_IF_ERROR(CheckBlockSplits(tensors, shard, slices));
+  AllocateLayers(c, shard, format, w);
   StreamTensors(tensors, checkpoint, pool, shard.spec.rank == 0,
                 [&](const ResolvedTensor& rt, std::vector<RowCopy>& plan) {
                   PlaceTensor(TensorSource(rt, format, plan), c, shard, slices, w);

@@ -40,6 +40,11 @@ class Regex {
 
 // The pattern Hugging Face's ByteLevel pre-tokenizer splits with when use_regex is true (GPT-2's).
 extern const char kGpt2SplitPattern[];
+// The Split patterns of the model families' tokenizer.json, verbatim: Qwen2 and Qwen3 (also
+// Qwen3-Next); Qwen3.5 (letter runs take combining marks too); Llama 3 (digits in runs of 3).
+extern const char kQwen2SplitPattern[];
+extern const char kQwen35SplitPattern[];
+extern const char kLlama3SplitPattern[];
 
 // Rewrites an Oniguruma pattern for PCRE2 (see the file comment). Exposed for tests.
 std::string OnigurumaToPcre2(std::string_view pattern);

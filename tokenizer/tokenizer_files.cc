@@ -8,17 +8,13 @@
 #include <unordered_set>
 
 #include "core/check.h"
+#include "tokenizer/pre_tokenizer.h"
 
 namespace moeserve::tokenizer {
 namespace {
 
 // ordered_json keeps keys in insertion order, so the files read like the ones Hugging Face writes.
 using Json = nlohmann::ordered_json;
-
-// The Qwen2/Qwen3 pre-tokenizer split pattern, verbatim from their tokenizer.json.
-constexpr char kQwenSplitRegex[] =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|)"
-    R"(\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 Json ByteLevel() {
   Json j;
@@ -75,7 +71,7 @@ std::string MakeTokenizerJson(const BpeVocab& vocab, const std::vector<SpecialTo
 
   Json split;
   split["type"] = "Split";
-  split["pattern"] = Json{{"Regex", kQwenSplitRegex}};
+  split["pattern"] = Json{{"Regex", std::string(kQwen2SplitPattern)}};
   split["behavior"] = "Isolated";
   split["invert"] = false;
   Json pre;

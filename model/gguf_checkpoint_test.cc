@@ -1,0 +1,316 @@
+// GGUF files as checkpoints (gguf_checkpoint.h): a make-model folder written as GGUF by our own
+// exporter (gguf_export.h) loads to the same bytes and logits as the folder; block formats
+// dequantize as their definition says; malformed files and splits are refused naming the field.
+#include "model/gguf_checkpoint.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <numeric>
+#include <random>
+
+#include "io/gguf_writer.h"
+#include "kernels/ref/ggml_blocks_ref.h"
+#include "model/causal_lm.h"
+#include "model/gguf_export.h"
+#include "model/model_files.h"
+#include "model/testing.h"
+
+namespace moeserve::model {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ForEachMatrix;
+using testing::MatrixBytes;
+
+// Widths that are whole K-quant super-blocks (256), as real models' are.
+const char kQwen3MoeFlags[] =
+    "--arch qwen3_moe --preset tiny --hidden-size 256 --num-layers 2 --moe-intermediate-size 256 "
+    "--vocab-size 512 --seed 3";
+const char kQwen3NextFlags[] =
+    "--arch qwen3_next --preset tiny --hidden-size 256 --num-layers 4 --moe-intermediate-size 256 "
+    "--shared-expert-intermediate-size 256 --vocab-size 512 --seed 6";
+const char kLlamaFlags[] =
+    "--arch llama --preset tiny --hidden-size 256 --num-layers 2 --intermediate-size 512 "
+    "--vocab-size 512 --seed 5";
+const char kQwen3Flags[] =
+    "--arch qwen3 --preset tiny --hidden-size 256 --num-layers 2 --intermediate-size 512 "
+    "--vocab-size 512 --seed 4";
+
+// A writer holding `dir` as GGUF with its matrices in `dtype`.
+io::GgufWriter WriterOf(const std::string& dir, DType dtype) {
+  Result<ModelFiles> files = OpenModelFiles(dir);
+  EXPECT_TRUE(files.ok()) << files.status().ToString();
+  io::GgufWriter writer;
+  const Status added = AddGgufModel(files->config, files->checkpoint, dtype, writer);
+  EXPECT_TRUE(added.ok()) << added.ToString();
+  return writer;
+}
+
+// `dir` written as a GGUF file with its matrices in `dtype`, once per process and name.
+const std::string& GgufOf(const std::string& dir, DType dtype) {
+  static std::map<std::string, std::string> made;
+  const std::string key = dir + "/" + std::string(DTypeName(dtype));
+  if (auto it = made.find(key); it != made.end()) return it->second;
+  const std::string path = dir + fmt::format("/model-{}.gguf", DTypeName(dtype));
+  const Status written = WriterOf(dir, dtype).Write(path);
+  EXPECT_TRUE(written.ok()) << written.ToString();
+  return made.emplace(key, path).first->second;
+}
+
+Result<ModelWeights> Load(const std::string& path, std::optional<DType> dtype,
+                          ShardSpec spec = {}) {
+  ASSIGN_OR_RETURN(ModelFiles files, OpenModelFiles(path));
+  ASSIGN_OR_RETURN(ShardLayout shard, MakeShardLayout(files.config, spec));
+  return LoadWeights(files.config, shard, files.checkpoint, dtype);
+}
+
+std::vector<std::string> AllBytes(const ModelWeights& w) {
+  std::vector<std::string> out;
+  ForEachMatrix(w, [&](const Tensor& t) { out.push_back(MatrixBytes(t)); });
+  auto vec = [&](const std::vector<float>& v) {
+    out.emplace_back(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  };
+  auto layer = [&](const DecoderLayerWeights& l) {
+    for (const std::vector<float>* v :
+         {&l.input_norm, &l.post_attention_norm, &l.attention.q_norm, &l.attention.k_norm,
+          &l.attention.qkv_bias, &l.gdn.conv, &l.gdn.dt_bias, &l.gdn.neg_exp_a, &l.gdn.norm,
+          &l.experts.shared_gate}) {
+      vec(*v);
+    }
+  };
+  vec(w.final_norm);
+  for (const DecoderLayerWeights& l : w.layers) layer(l);
+  for (const std::vector<float>* v :
+       {&w.mtp.pre_fc_norm_embedding, &w.mtp.pre_fc_norm_hidden, &w.mtp.norm}) {
+    vec(*v);
+  }
+  for (const DecoderLayerWeights& l : w.mtp.layers) layer(l);
+  return out;
+}
+
+// The last token's logits of a fixed prompt.
+std::vector<float> PromptLogits(const std::string& path, LoadOptions options = {}) {
+  Result<std::unique_ptr<CausalLm>> lm = CausalLm::Load(path, options);
+  EXPECT_TRUE(lm.ok()) << lm.status().ToString();
+  if (!lm.ok()) return {};
+  ModelCache cache((*lm)->config(), CacheSizes{4, 16, 1});
+  std::vector<int32_t> table(4);
+  std::iota(table.begin(), table.end(), 0);
+  cache.ResetSlot(0);
+  const std::vector<int32_t> prompt = {1, 17, 300, 42, 7, 511, 256, 3};
+  std::vector<float> logits;
+  (*lm)->Forward({prompt.data(), static_cast<int64_t>(prompt.size()), 0, table.data(), 0}, cache,
+                 false, nullptr, &logits);
+  return logits;
+}
+
+struct MadeArch {
+  const char* name;
+  const char* flags;
+};
+
+class SameBitsTest : public ::testing::TestWithParam<MadeArch> {};
+
+// F32 and BF16 GGUF files of a (bf16) folder hold its bits: the loaded weights (as stored, f32
+// and a packed format) and the logits are bit-identical.
+TEST_P(SameBitsTest, GgufOfAFolderLoadsAndRunsBitIdentically) {
+  const std::string& dir = testing::MadeModel(GetParam().name, GetParam().flags);
+  for (DType file_dtype : {DType::kBF16, DType::kF32}) {
+    const std::string& gguf = GgufOf(dir, file_dtype);
+    for (std::optional<DType> load : {std::optional<DType>(), std::optional(DType::kF32),
+                                      std::optional(DType::kQ4)}) {
+      // The folder is bf16: an f32 file's default load is f32, and a packed format keeps the
+      // embedding and routers in the file's precision.
+      if (file_dtype == DType::kF32 && load != DType::kF32) continue;
+      Result<ModelWeights> a = Load(dir, load), b = Load(gguf, load);
+      ASSERT_TRUE(a.ok()) << a.status().ToString();
+      ASSERT_TRUE(b.ok()) << b.status().ToString();
+      const std::vector<std::string> want = AllBytes(*a), got = AllBytes(*b);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_TRUE(got[i] == want[i]) << DTypeName(file_dtype) << " load "
+                                       << (load ? DTypeName(*load) : "default") << " #" << i;
+      }
+    }
+    const std::vector<float> want = PromptLogits(dir), got = PromptLogits(gguf);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+        << DTypeName(file_dtype);
+  }
+  Result<io::ModelConfig> a = LoadModelConfigAt(dir), b = LoadModelConfigAt(GgufOf(dir, DType::kBF16));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->num_hidden_layers, b->num_hidden_layers);
+  EXPECT_EQ(a->vocab_size, b->vocab_size);
+  EXPECT_EQ(a->rope_theta, b->rope_theta);
+  EXPECT_EQ(a->num_experts, b->num_experts);
+  EXPECT_EQ(a->tie_word_embeddings, b->tie_word_embeddings);
+}
+
+// `moeserve export-gguf` then `moeserve generate --model FILE.gguf`: the tokenizer, chat
+// template, config and weights all from the file give the folder's text, greedy.
+TEST(GgufCommandsTest, ExportedFileGeneratesTheFoldersText) {
+  const std::string& dir = testing::MadeModel("gguf_qwen3next", kQwen3NextFlags);
+  const std::string gguf = dir + "/exported.gguf";
+  auto run = [](const std::string& cmd) {
+    std::string out;
+    FILE* p = popen(cmd.c_str(), "r");
+    EXPECT_NE(p, nullptr) << cmd;
+    if (p == nullptr) return out;
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
+    EXPECT_EQ(pclose(p), 0) << cmd;
+    return out;
+  };
+  run(fmt::format("{} export-gguf --model {} --out {} --type bf16 2>/dev/null", MOESERVE_BINARY,
+                  dir, gguf));
+  auto generate = [&](const std::string& model) {
+    return run(fmt::format("{} generate --model {} --prompt 'The morning came' --max-tokens 12 "
+                           "2>/dev/null",
+                           MOESERVE_BINARY, model));
+  };
+  const std::string from_folder = generate(dir), from_gguf = generate(gguf);
+  EXPECT_FALSE(from_folder.empty());
+  EXPECT_EQ(from_gguf, from_folder);
+  // A type that is no GGML format moeserve writes is refused.
+  EXPECT_NE(std::system(fmt::format("{} export-gguf --model {} --out {}.x --type q3_k 2>/dev/null",
+                                    MOESERVE_BINARY, dir, gguf)
+                            .c_str()),
+            0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, SameBitsTest,
+                         ::testing::Values(MadeArch{"gguf_qwen3moe", kQwen3MoeFlags},
+                                           MadeArch{"gguf_qwen3", kQwen3Flags},
+                                           MadeArch{"gguf_qwen3next", kQwen3NextFlags},
+                                           MadeArch{"gguf_llama", kLlamaFlags}));
+
+constexpr DType kBlockDTypes[] = {DType::kGgmlQ8_0, DType::kGgmlQ4_0, DType::kGgmlQ4_1,
+                                  DType::kGgmlQ5_0, DType::kGgmlQ5_1, DType::kGgmlQ4_K,
+                                  DType::kGgmlQ5_K, DType::kGgmlQ6_K};
+
+// Loaded as f32, a block-format file's matrices are the format's dequantization of its bytes
+// (the scalar twin, which kernels' tests hold to an independent numpy definition); loaded into
+// the default packed format (int8), its logits stay within a stated distance of that f32
+// forward.
+TEST(GgufBlockFormatsTest, LoadAsTheirDequantizationAndRunCloseToIt) {
+  const std::string& dir = testing::MadeModel("gguf_qwen3moe", kQwen3MoeFlags);
+  for (DType dtype : kBlockDTypes) {
+    const std::string& gguf = GgufOf(dir, dtype);
+    Result<ModelWeights> w = Load(gguf, DType::kF32);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    Result<std::unique_ptr<io::GgufFile>> file = io::GgufFile::Open(gguf);
+    ASSERT_TRUE(file.ok());
+    const io::GgufTensor* stored = (*file)->Find("blk.1.ffn_down_exps.weight");  // [E, H, I]
+    const int64_t I = stored->ne[0], H = stored->ne[1];
+    std::vector<float> want(static_cast<size_t>(H * I));
+    const size_t row_bytes = StoredRowBytes(dtype, I);
+    const std::byte* expert3 = stored->bytes.data() + 3 * H * row_bytes;
+    for (int64_t r = 0; r < H; ++r) {
+      kernels::ref::DequantizeGgmlRowRef(dtype, expert3 + r * row_bytes, want.data() + r * I, I);
+    }
+    const Tensor& got = w->layers[1].experts.experts[3].down.view();
+    ASSERT_EQ(got.dtype(), DType::kF32);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+        << DTypeName(dtype);
+
+    // Requantized at load to int8 (the default for block formats): a second rounding of each
+    // weight, as far from the f32 forward as int8 is on the bf16 folder. On the dense model: a
+    // tiny random MoE's router flips experts on rounding far smaller than that.
+    const std::string& dense = GgufOf(testing::MadeModel("gguf_qwen3", kQwen3Flags), dtype);
+    const std::vector<float> exact = PromptLogits(dense, {.weight_dtype = DType::kF32});
+    const std::vector<float> packed = PromptLogits(dense);
+    ASSERT_EQ(exact.size(), packed.size());
+    EXPECT_LT(testing::RowRelError(packed.data(), exact.data(), static_cast<int64_t>(exact.size())),
+              0.03)
+        << DTypeName(dtype);
+  }
+}
+
+// Ranks keep whole blocks: a --tp split inside a Q4_K super-block (256 weights) is refused naming
+// the tensor; Q8_0's blocks of 32 split at the same place load.
+TEST(GgufBlockFormatsTest, TensorParallelSplitsKeepBlocksWhole) {
+  const std::string& dir = testing::MadeModel("gguf_qwen3moe", kQwen3MoeFlags);
+  const Result<ModelWeights> k = Load(GgufOf(dir, DType::kGgmlQ4_K), DType::kQ8, {0, 2, false});
+  ASSERT_FALSE(k.ok());
+  EXPECT_NE(k.status().message().find("o_proj.weight' is q4_k"), std::string::npos)
+      << k.status().message();
+  EXPECT_NE(k.status().message().find("splits a block"), std::string::npos);
+  for (int rank : {0, 1}) {
+    const Result<ModelWeights> q = Load(GgufOf(dir, DType::kGgmlQ8_0), DType::kQ8, {rank, 2, false});
+    EXPECT_TRUE(q.ok()) << q.status().ToString();
+  }
+}
+
+// The ids generation stops on: eos, eot and eom, and the control tokens that end a turn or a text
+// (what a folder's generation_config.json adds, which a GGUF file does not hold).
+TEST(GgufCheckpointTest, StopsOnTheTurnAndTextEnds) {
+  const std::string& dir = testing::MadeModel("gguf_qwen3moe", kQwen3MoeFlags);
+  io::GgufWriter w = WriterOf(dir, DType::kGgmlQ8_0);
+  nlohmann::json tokens = nlohmann::json::array(), types = nlohmann::json::array();
+  for (int i = 0; i < 512; ++i) {
+    tokens.push_back(i == 500 ? "<|endoftext|>" : i == 501 ? "<|im_end|>" : fmt::format("t{}", i));
+    types.push_back(i >= 500 ? 3 : 1);
+  }
+  tokens[502] = "<|endoftext|>";  // the same text, not a control token: not a stop
+  types[502] = 1;
+  w.SetArray("tokenizer.ggml.tokens", io::GgufType::kString, tokens);
+  w.SetArray("tokenizer.ggml.token_type", io::GgufType::kInt32, types);
+  w.SetU32("tokenizer.ggml.eos_token_id", 501);
+  w.SetU32("tokenizer.ggml.eot_token_id", 7);
+  const std::string path = dir + "/stops.gguf";
+  ASSERT_TRUE(w.Write(path).ok());
+  Result<io::ModelConfig> c = LoadModelConfigAt(path);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{501, 7, 500}));
+}
+
+// Files that lie about the model are refused naming the key or tensor.
+TEST(GgufCheckpointTest, RefusesMalformedModelsNamingTheField) {
+  const std::string& dir = testing::MadeModel("gguf_qwen3moe", kQwen3MoeFlags);
+  const std::string path = dir + "/malformed.gguf";
+  auto error = [&](const std::function<void(io::GgufWriter&)>& edit) {
+    io::GgufWriter w = WriterOf(dir, DType::kGgmlQ8_0);
+    edit(w);
+    EXPECT_TRUE(w.Write(path).ok());
+    Result<ModelFiles> files = OpenModelFiles(path);
+    EXPECT_FALSE(files.ok());
+    return files.ok() ? std::string() : files.status().message();
+  };
+  using ::testing::HasSubstr;
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.SetString("general.architecture", "falcon"); }),
+              HasSubstr("general.architecture 'falcon' is not one moeserve reads"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.SetU32("qwen3moe.block_count", 3); }),
+              HasSubstr("no tensor blk.2.attn_norm.weight"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.SetU32("qwen3moe.embedding_length", 0); }),
+              HasSubstr("qwen3moe.embedding_length is 0, outside"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.SetString("qwen3moe.block_count", "two"); }),
+              HasSubstr("qwen3moe.block_count is \"two\", not an integer"));
+  EXPECT_THAT(error([](io::GgufWriter& w) {
+                w.Set("qwen3moe.expert_count",
+                      {io::GgufType::kUint64, io::GgufType::kUint8, uint64_t{1} << 63});
+              }),
+              HasSubstr("qwen3moe.expert_count is 9223372036854775808, outside"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.SetU32("qwen3moe.expert_used_count", 9); }),
+              HasSubstr("expert_used_count is 9, outside [1, 8]"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.SetU32("tokenizer.ggml.eos_token_id", 512); }),
+              HasSubstr("tokenizer.ggml.eos_token_id is 512, not a token id"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.SetString("qwen3moe.rope.scaling.type", "yarn"); }),
+              HasSubstr("rope scaling"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.RemoveTensor("blk.1.ffn_up_exps.weight"); }),
+              HasSubstr("no tensor blk.1.ffn_up_exps.weight (for model.layers.1.mlp.experts.0"));
+  EXPECT_THAT(error([](io::GgufWriter& w) {
+                w.RemoveTensor("blk.0.attn_q.weight");
+                w.AddTensor("blk.0.attn_q.weight", {256, 128}, 10, std::string(128 * 84, '\0'));
+              }),
+              HasSubstr("tensor blk.0.attn_q.weight has type Q2_K, which moeserve does not read"));
+  EXPECT_THAT(error([](io::GgufWriter& w) {
+                w.RemoveTensor("blk.0.attn_q.weight");
+                w.AddTensor("blk.0.attn_q.weight", {256, 32}, 0, std::string(256 * 32 * 4, '\0'));
+              }),
+              HasSubstr("blk.0.attn_q.weight has shape [32, 256] (ne reversed), but the config implies"));
+}
+
+}  // namespace
+}  // namespace moeserve::model
