@@ -26,7 +26,10 @@ moeserve serve    # the chat page at http://127.0.0.1:8000/, the OpenAI-compatib
 ```
 
 **Models.** `--model DIR` takes a Hugging Face model folder (`config.json`, safetensors weights,
-`tokenizer.json`, `tokenizer_config.json`; `generation_config.json` when present). Without it
+`tokenizer.json`, `tokenizer_config.json`; `generation_config.json` when present), or
+`--model FILE.gguf` a GGUF file as llama.cpp's converter writes it (qwen3moe, qwen3, qwen3next,
+llama; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; its tokenizer and chat
+template from its metadata; block formats held as int8 by default, `docs/gguf.md`). Without it
 moeserve runs `$MOESERVE_MODEL`, else the build's default: the trained `models/default` of this
 repository (`docs/training.md`). `moeserve make-model --arch ARCH --preset tiny|small|bench --out
 DIR` writes a folder with random weights for any of the architectures, for tests and benchmarks;

@@ -21,6 +21,8 @@ constexpr Subcommand kBenchSubcommands[] = {
 constexpr Subcommand kSubcommands[] = {
     {"make-model", "write a model folder with random weights (HF layout) for tests and benchmarks",
      &RunMakeModel},
+    {"export-gguf", "write a model folder as a GGUF file, laid out as llama.cpp's converter does",
+     &RunExportGguf},
     {"train-tokenizer", "train a byte-level BPE tokenizer on a text file (HF tokenizer files)",
      &RunTrainTokenizer},
     {"inspect", "print a model's architecture, parameter counts and roofline decode rate",

@@ -15,6 +15,7 @@
 namespace moeserve::cli {
 
 int RunMakeModel(const std::vector<std::string>& args);
+int RunExportGguf(const std::vector<std::string>& args);
 int RunInspect(const std::vector<std::string>& args);
 int RunLogits(const std::vector<std::string>& args);
 int RunGenerate(const std::vector<std::string>& args);

@@ -231,7 +231,7 @@ int RunInspect(const std::vector<std::string>& args) {
                 "KV cache, GDN state slots and checkpoints, scratch, against the memory\n"
                 "available. serve, generate, chat and bench latency refuse a run whose plan does\n"
                 "not fit before loading. A folder with config.json alone is enough.");
-  flags.String("model", &o.model.model, "model folder (default: the embedded default model)");
+  flags.String("model", &o.model.model, "model: a Hugging Face folder or a GGUF file (default: the embedded default model)");
   flags.Bool("json", &o.json, "print JSON");
   flags.Double("bandwidth", &o.bandwidth_gbs, "read bandwidth in GB/s (0: measure it)");
   flags.Int("threads", &o.threads, "threads for the bandwidth probe (0: all cores)");

@@ -20,7 +20,7 @@
 namespace moeserve::cli {
 
 void ModelFlags::Register(FlagSet& flags) {
-  flags.String("model", &model, "model folder (default: the embedded default model)");
+  flags.String("model", &model, "model: a Hugging Face folder or a GGUF file (default: the embedded default model)");
   flags.String("weight-dtype", &weight_dtype,
                "bf16 | f32 | int8 (per output channel) | int4 (groups of 32) | w8a8 (int8 "
                "weights and int8 activations, one scale per token) | w4a8 (int4 weights, int8 "

@@ -45,7 +45,7 @@ Result<MemoryPlan> PlanMemory(const io::ModelConfig& config, const MemoryPlanOpt
   plan.base_dtype = model::ConfigMatrixDType(config);
   // As the load defaults (model/weights.h): a GGUF file's block formats to int8.
   plan.matrix_dtype =
-      options.weight_dtype.value_or(config.block_quantized ? DType::kQ8 : plan.base_dtype);
+      options.weight_dtype.value_or(config.gguf.block_quantized ? DType::kQ8 : plan.base_dtype);
   if (plan.matrix_dtype != DType::kBF16 && plan.matrix_dtype != DType::kF32 &&
       !IsPackedDType(plan.matrix_dtype)) {
     return InvalidArgument("weight dtype {} is not supported", DTypeName(plan.matrix_dtype));

@@ -82,8 +82,17 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;
   int64_t bos_token_id = -1;  // -1: none
   std::string torch_dtype;    // "bfloat16", ... ("" if absent)
-  // The matrices are stored in GGML's block formats (a GGUF file): loads default to int8.
-  bool block_quantized = false;
+  // How a GGUF file stores what Hugging Face's layout of the architecture would (llama.cpp's
+  // converter rewrote these; model/gguf_checkpoint.h). All false for a Hugging Face folder.
+  struct GgufLayout {
+    bool block_quantized = false;  // matrices in GGML's block formats: loads default to int8
+    bool gdn_qkv_z_split = false;  // Qwen3-Next's in_proj_qkvz as [q | k | v] and z
+    bool gdn_a_negated = false;    // A_log stored as -exp(A_log)
+    bool norms_with_one = false;   // (1 + w) norms stored with the 1 added
+    // q and k rows of each head with their two rotary halves interleaved (llama: ggml's rope
+    // pairs neighbours); head row 2j + t holds Hugging Face's row t * head_dim / 2 + j.
+    bool rope_rows_interleaved = false;
+  } gguf;
 
   // Derived sizes of the GDN layers (docs/spec/model.md §1.4).
   int64_t linear_key_dim() const { return linear_num_key_heads * linear_key_head_dim; }

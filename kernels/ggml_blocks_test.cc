@@ -446,8 +446,8 @@ TEST(GgmlQuantizeTest, ErrorWithinTheStep) {
   }
 }
 
-// Non-finite, huge and tiny inputs: valid blocks, no undefined behaviour (UBSan in the asan
-// build), and the finite values of a block without them still within bounds is not promised.
+// Non-finite, huge and tiny inputs: blocks without undefined behaviour (UBSan in the asan build
+// checks); their values are unspecified.
 TEST(GgmlQuantizeTest, HostileInputsGiveBlocks) {
   const float kInf = std::numeric_limits<float>::infinity();
   const float specials[] = {std::numeric_limits<float>::quiet_NaN(),

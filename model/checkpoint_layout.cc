@@ -31,7 +31,9 @@ class Walker {
   }
 
   TensorKind NormKind() const {
-    return c_.one_centered_norm ? TensorKind::kNormOneCentered : TensorKind::kNormPlain;
+    // A GGUF file stores a (1 + w) norm with the 1 added: plain, as far as the load is concerned.
+    return c_.one_centered_norm && !c_.gguf.norms_with_one ? TensorKind::kNormOneCentered
+                                                            : TensorKind::kNormPlain;
   }
 
   // One decoder layer: norms, attention or GDN, MLP or MoE. p ends with '.'.
@@ -79,8 +81,15 @@ class Walker {
     const int64_t H = c_.hidden_size, nv = c_.linear_num_value_heads;
     const int64_t key_dim = c_.linear_key_dim(), value_dim = c_.linear_value_dim();
     if (c_.architecture == Architecture::kQwen3Next) {
-      Emit(p + "in_proj_qkvz.weight", {2 * key_dim + 2 * value_dim, H}, TensorKind::kLinear,
-           TensorRole::kGdnInProjQkvz);
+      if (c_.gguf.gdn_qkv_z_split) {  // a GGUF file's attn_qkv and attn_gate
+        Emit(p + "in_proj_qkv.weight", {2 * key_dim + value_dim, H}, TensorKind::kLinear,
+             TensorRole::kGdnInProjQkv);
+        Emit(p + "in_proj_z.weight", {value_dim, H}, TensorKind::kLinear,
+             TensorRole::kGdnInProjZ);
+      } else {
+        Emit(p + "in_proj_qkvz.weight", {2 * key_dim + 2 * value_dim, H}, TensorKind::kLinear,
+             TensorRole::kGdnInProjQkvz);
+      }
       Emit(p + "in_proj_ba.weight", {2 * nv, H}, TensorKind::kLinear, TensorRole::kGdnInProjBa);
     } else {
       Emit(p + "in_proj_qkv.weight", {2 * key_dim + value_dim, H}, TensorKind::kLinear,

@@ -27,8 +27,8 @@ struct ArchInfo {
 constexpr ArchInfo kArchitectures[] = {
     {"qwen3moe", Architecture::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe"},
     {"qwen3", Architecture::kQwen3, "Qwen3ForCausalLM", "qwen3"},
-    // llama: not yet. llama.cpp's converter permutes its q and k rows (rope pairs
-    // interleaved), which the loader must undo before such a file gives the right numbers.
+    {"qwen3next", Architecture::kQwen3Next, "Qwen3NextForCausalLM", "qwen3_next"},
+    {"llama", Architecture::kLlama, "LlamaForCausalLM", "llama"},
 };
 
 // Reads the metadata keys of one file, each checked for its type and range.
@@ -92,7 +92,39 @@ constexpr int64_t kMaxDim = int64_t{1} << 20;  // ParseModelConfig bounds the si
 // A tensor's ne reversed: its row-major shape.
 std::vector<int64_t> Shape(const GgufTensor& t) { return {t.ne.rbegin(), t.ne.rend()}; }
 
-// Hugging Face's token ids from the tokenizer keys, into c.
+// A shape without its dimensions of 1: the converter squeezes some (a conv weight's channel
+// dimension), which changes no byte.
+std::vector<int64_t> Squeezed(std::vector<int64_t> shape) {
+  std::erase(shape, 1);
+  return shape;
+}
+
+// The Gated DeltaNet and MoE keys of a qwen3next file, into c.
+Status ReadHybridKeys(const Keys& k, io::ModelConfig& c) {
+  ASSIGN_OR_RETURN(c.linear_conv_kernel_dim, k.Int("ssm.conv_kernel", 1, 64));
+  ASSIGN_OR_RETURN(c.linear_key_head_dim, k.Int("ssm.state_size", 1, 4096));
+  ASSIGN_OR_RETURN(c.linear_num_key_heads, k.Int("ssm.group_count", 1, 4096));
+  ASSIGN_OR_RETURN(c.linear_num_value_heads, k.Int("ssm.time_step_rank", 1, 4096));
+  ASSIGN_OR_RETURN(const int64_t inner, k.Int("ssm.inner_size", 1, kMaxDim));
+  if (inner % c.linear_num_value_heads != 0) {
+    return InvalidArgument("key {} ({}) is not a multiple of {} ({})", k.Key("ssm.inner_size"),
+                           inner, k.Key("ssm.time_step_rank"), c.linear_num_value_heads);
+  }
+  c.linear_value_head_dim = inner / c.linear_num_value_heads;
+  ASSIGN_OR_RETURN(c.full_attention_interval,
+                   k.Int("full_attention_interval", 1, c.num_hidden_layers, 4));
+  c.layer_types = io::IntervalLayerTypes(c.num_hidden_layers, c.full_attention_interval);
+  ASSIGN_OR_RETURN(c.shared_expert_intermediate_size,
+                   k.Int("expert_shared_feed_forward_length", 0, kMaxDim, 0));
+  c.attn_output_gate = true;
+  // What llama.cpp's converter rewrote (Qwen3NextModel.modify_tensors).
+  c.gguf.gdn_qkv_z_split = true;
+  c.gguf.gdn_a_negated = true;
+  c.gguf.norms_with_one = true;
+  return OkStatus();
+}
+
+// The bos id and the ids generation stops on, from the tokenizer keys, into c.
 Status ReadTokenIds(const GgufFile& file, io::ModelConfig& c) {
   auto id = [&](const char* key) -> Result<int64_t> {
     const GgufValue* v = file.FindValue(key);
@@ -104,9 +136,37 @@ Status ReadTokenIds(const GgufFile& file, io::ModelConfig& c) {
     }
     return v->value.get<int64_t>();
   };
-  ASSIGN_OR_RETURN(const int64_t eos, id("tokenizer.ggml.eos_token_id"));
   ASSIGN_OR_RETURN(c.bos_token_id, id("tokenizer.ggml.bos_token_id"));
-  if (eos >= 0) c.eos_token_ids = {eos};
+  auto stop_on = [&](int64_t token) {
+    if (token >= 0 && std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), token) ==
+                          c.eos_token_ids.end()) {
+      c.eos_token_ids.push_back(token);
+    }
+  };
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                          "tokenizer.ggml.eom_token_id"}) {
+    ASSIGN_OR_RETURN(const int64_t token, id(key));
+    stop_on(token);
+  }
+  // What a folder's generation_config.json adds (Qwen3 stops on <|endoftext|> as well as
+  // <|im_end|>) a GGUF file does not hold: as llama.cpp does, the control tokens that end a turn
+  // or a text stop generation too.
+  const GgufValue* tokens = file.FindValue("tokenizer.ggml.tokens");
+  const GgufValue* types = file.FindValue("tokenizer.ggml.token_type");
+  if (tokens == nullptr || types == nullptr || !tokens->value.is_array() ||
+      !types->value.is_array() || tokens->value.size() != types->value.size()) {
+    return OkStatus();  // the tokenizer's own checks name what is wrong with them
+  }
+  constexpr int kControl = 3;  // llama.cpp's token type CONTROL
+  for (size_t i = 0; i < tokens->value.size() && i < static_cast<size_t>(c.vocab_size); ++i) {
+    const nlohmann::json& text = tokens->value[i];
+    if (!text.is_string() || types->value[i] != kControl) continue;
+    const std::string& t = text.get_ref<const std::string&>();
+    if (t == "<|endoftext|>" || t == "<|im_end|>" || t == "<|eot_id|>" || t == "<|eom_id|>" ||
+        t == "<|end_of_text|>") {
+      stop_on(static_cast<int64_t>(i));
+    }
+  }
   return OkStatus();
 }
 
@@ -147,7 +207,10 @@ Result<io::ModelConfig> GgufModelConfig(const GgufFile& file) {
   c.architecture_name = std::string(arch->hf_name);
   c.model_type = std::string(arch->model_type);
   ASSIGN_OR_RETURN(c.hidden_size, k.Int("embedding_length", 1, kMaxDim));
-  ASSIGN_OR_RETURN(c.num_hidden_layers, k.Int("block_count", 1, 4096));
+  // block_count counts the MTP (nextn) layers, which the converter appends.
+  ASSIGN_OR_RETURN(const int64_t blocks, k.Int("block_count", 1, 4096));
+  ASSIGN_OR_RETURN(c.num_mtp_layers, k.Int("nextn_predict_layers", 0, blocks - 1, 0));
+  c.num_hidden_layers = blocks - c.num_mtp_layers;
   ASSIGN_OR_RETURN(c.max_position_embeddings,
                    k.Int("context_length", 1, int64_t{1} << 24, 32768));
   ASSIGN_OR_RETURN(c.num_attention_heads, k.Int("attention.head_count", 1, 4096));
@@ -172,12 +235,24 @@ Result<io::ModelConfig> GgufModelConfig(const GgufFile& file) {
   }
   ASSIGN_OR_RETURN(c.rms_norm_eps, k.Float("attention.layer_norm_rms_epsilon", 1e-6));
   ASSIGN_OR_RETURN(c.intermediate_size, k.Int("feed_forward_length", 0, kMaxDim, 0));
-  if (c.architecture == Architecture::kQwen3Moe) {
+  if (c.architecture == Architecture::kQwen3Moe || c.architecture == Architecture::kQwen3Next) {
     ASSIGN_OR_RETURN(c.num_experts, k.Int("expert_count", 1, 4096));
     ASSIGN_OR_RETURN(c.num_experts_per_tok, k.Int("expert_used_count", 1, c.num_experts));
     ASSIGN_OR_RETURN(c.moe_intermediate_size, k.Int("expert_feed_forward_length", 1, kMaxDim));
     // Qwen3-MoE checkpoints renormalize the top-k weights; llama.cpp's qwen3moe always does.
     c.norm_topk_prob = true;
+  }
+  if (c.architecture == Architecture::kLlama) {
+    // LlamaModel.modify_tensors interleaves the rotary halves of each q and k head.
+    c.gguf.rope_rows_interleaved = true;
+    if (file.Find("rope_freqs.weight") != nullptr) {
+      return Unimplemented("{}: tensor rope_freqs.weight (Llama 3.1's rope scaling) is not "
+                           "implemented", file.path());
+    }
+  }
+  if (c.architecture == Architecture::kQwen3Next) {
+    const Status hybrid = ReadHybridKeys(k, c);
+    if (!hybrid.ok()) return hybrid.WithContext(file.path());
   }
   const GgufTensor* embedding = file.Find("token_embd.weight");
   if (embedding == nullptr || embedding->ne.size() != 2) {
@@ -193,24 +268,28 @@ Result<io::ModelConfig> GgufModelConfig(const GgufFile& file) {
     const std::optional<DType> d = io::DTypeOfGgmlType(t.type);
     if (t.ne.size() < 2 || !d) continue;
     bf16 |= *d == DType::kBF16;
-    c.block_quantized |= IsGgmlBlockDType(*d);
+    c.gguf.block_quantized |= IsGgmlBlockDType(*d);
   }
-  c.torch_dtype = bf16 && !c.block_quantized ? "bfloat16" : "float32";
+  c.torch_dtype = bf16 && !c.gguf.block_quantized ? "bfloat16" : "float32";
   // Through config.json's parser: the same defaults derived and the same bounds checked.
   Result<io::ModelConfig> parsed = io::ParseModelConfig(io::ModelConfigToJson(c));
   if (!parsed.ok()) return parsed.status().WithContext(file.path());
-  parsed->block_quantized = c.block_quantized;
+  parsed->gguf = c.gguf;
   return parsed;
 }
 
-GgufName GgufNameOf(const CheckpointTensor& spec) {
-  const std::string blk = fmt::format("blk.{}.", spec.layer);
+GgufName GgufNameOf(const io::ModelConfig& config, const CheckpointTensor& spec) {
+  // The converter appends the MTP layers after the decoder's: blk.{L + i}.
+  const int64_t layer = spec.mtp ? config.num_hidden_layers + std::max<int64_t>(spec.layer, 0)
+                                 : spec.layer;
+  const std::string blk = fmt::format("blk.{}.", layer);
   switch (spec.role) {
     case TensorRole::kEmbedding: return {"token_embd.weight"};
     case TensorRole::kFinalNorm: return {"output_norm.weight"};
     case TensorRole::kLmHead: return {"output.weight"};
     case TensorRole::kInputNorm: return {blk + "attn_norm.weight"};
-    case TensorRole::kPostAttentionNorm: return {blk + "ffn_norm.weight"};
+    case TensorRole::kPostAttentionNorm:
+      return {blk + (config.is_hybrid() ? "post_attention_norm.weight" : "ffn_norm.weight")};
     case TensorRole::kQProj: return {blk + "attn_q.weight"};
     case TensorRole::kKProj: return {blk + "attn_k.weight"};
     case TensorRole::kVProj: return {blk + "attn_v.weight"};
@@ -221,6 +300,16 @@ GgufName GgufNameOf(const CheckpointTensor& spec) {
     case TensorRole::kOBias: return {blk + "attn_output.bias"};
     case TensorRole::kQNorm: return {blk + "attn_q_norm.weight"};
     case TensorRole::kKNorm: return {blk + "attn_k_norm.weight"};
+    case TensorRole::kGdnInProjQkv: return {blk + "attn_qkv.weight"};
+    case TensorRole::kGdnInProjZ: return {blk + "attn_gate.weight"};
+    case TensorRole::kGdnInProjBa: return {blk + "ssm_ba.weight"};
+    case TensorRole::kGdnInProjB: return {blk + "ssm_beta.weight"};
+    case TensorRole::kGdnInProjA: return {blk + "ssm_alpha.weight"};
+    case TensorRole::kGdnConv: return {blk + "ssm_conv1d.weight"};
+    case TensorRole::kGdnDtBias: return {blk + "ssm_dt.bias"};
+    case TensorRole::kGdnALog: return {blk + "ssm_a"};
+    case TensorRole::kGdnNorm: return {blk + "ssm_norm.weight"};
+    case TensorRole::kGdnOutProj: return {blk + "ssm_out.weight"};
     case TensorRole::kRouter: return {blk + "ffn_gate_inp.weight"};
     case TensorRole::kExpertGate: return {blk + "ffn_gate_exps.weight", spec.expert};
     case TensorRole::kExpertUp: return {blk + "ffn_up_exps.weight", spec.expert};
@@ -232,7 +321,13 @@ GgufName GgufNameOf(const CheckpointTensor& spec) {
     case TensorRole::kMlpGate: return {blk + "ffn_gate.weight"};
     case TensorRole::kMlpUp: return {blk + "ffn_up.weight"};
     case TensorRole::kMlpDown: return {blk + "ffn_down.weight"};
-    default: break;  // the hybrid architectures' tensors: not read from GGUF yet
+    case TensorRole::kMtpFc: return {blk + "nextn.eh_proj.weight"};
+    case TensorRole::kMtpPreFcNormEmbedding: return {blk + "nextn.enorm.weight"};
+    case TensorRole::kMtpPreFcNormHidden: return {blk + "nextn.hnorm.weight"};
+    case TensorRole::kMtpNorm: return {blk + "nextn.shared_head_norm.weight"};
+    case TensorRole::kGdnInProjQkvz:  // the converter splits it (gguf.gdn_qkv_z_split)
+    case TensorRole::kExpertsGateUp:  // Qwen3.5's fused experts: qwen35moe is not read yet
+    case TensorRole::kExpertsDown: break;
   }
   return {fmt::format("({} has no GGUF name)", spec.name)};
 }
@@ -245,7 +340,7 @@ Result<GgufCheckpoint> OpenGgufCheckpoint(const std::string& path) {
   Status status;
   ForEachCheckpointTensor(config, [&](const CheckpointTensor& spec) {
     if (!status.ok()) return;
-    const GgufName where = GgufNameOf(spec);
+    const GgufName where = GgufNameOf(config, spec);
     const GgufTensor* t = file->Find(where.name);
     if (t == nullptr) {
       status = NotFound("{}: no tensor {} (for {}, shape [{}])", path, where.name, spec.name,
@@ -260,7 +355,7 @@ Result<GgufCheckpoint> OpenGgufCheckpoint(const std::string& path) {
     }
     std::vector<int64_t> want = spec.shape;
     if (where.expert >= 0) want.insert(want.begin(), config.num_experts);
-    if (Shape(*t) != want) {
+    if (Squeezed(Shape(*t)) != Squeezed(want)) {
       status = InvalidArgument("{}: tensor {} has shape [{}] (ne reversed), but the config implies [{}]",
                                path, t->name, fmt::join(Shape(*t), ", "), fmt::join(want, ", "));
       return;

@@ -5,9 +5,12 @@
 //   - dimensions: GGUF lists ne[0] innermost, so a [out, in] matrix is ne = [in, out];
 //   - routed experts: one [E, out, in] tensor per projection (ffn_{gate,up,down}_exps), which
 //     each expert's tensor is a slice of;
-//   - names: blk.N.attn_q.weight for model.layers.N.self_attn.q_proj.weight, ... (GgufName).
-// Architectures: qwen3moe and qwen3 (llama, qwen3next and qwen35moe are refused, naming the
-// architecture, until their converter's transforms are undone). Tensor types: F32, F16, BF16
+//   - names: blk.N.attn_q.weight for model.layers.N.self_attn.q_proj.weight, ... (GgufName);
+//   - squeezed dimensions of 1 (a conv weight's [conv_dim, 1, K] as [conv_dim, K]).
+// Architectures: qwen3moe, qwen3, llama (its q and k rows interleaved per head for ggml's rope)
+// and qwen3next (its MTP layers appended as blk.{L + i} with nextn.* tensors); what the
+// converter rewrote is named in ModelConfig::gguf for the walk and the loader. qwen35moe is
+// refused, naming the architecture, until its rewrites are undone. Tensor types: F32, F16, BF16
 // and GGML's block formats (core/dtype.h).
 #pragma once
 
@@ -43,7 +46,7 @@ struct GgufName {
   std::string name;
   int64_t expert = -1;
 };
-GgufName GgufNameOf(const CheckpointTensor& spec);
+GgufName GgufNameOf(const io::ModelConfig& config, const CheckpointTensor& spec);
 
 // GGUF's architecture name for `arch` ("qwen3moe", ...).
 std::string_view GgufArchitectureName(io::Architecture arch);

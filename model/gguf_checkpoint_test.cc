@@ -28,6 +28,12 @@ using testing::MatrixBytes;
 const char kQwen3MoeFlags[] =
     "--arch qwen3_moe --preset tiny --hidden-size 256 --num-layers 2 --moe-intermediate-size 256 "
     "--vocab-size 512 --seed 3";
+const char kQwen3NextFlags[] =
+    "--arch qwen3_next --preset tiny --hidden-size 256 --num-layers 4 --moe-intermediate-size 256 "
+    "--shared-expert-intermediate-size 256 --vocab-size 512 --seed 6";
+const char kLlamaFlags[] =
+    "--arch llama --preset tiny --hidden-size 256 --num-layers 2 --intermediate-size 512 "
+    "--vocab-size 512 --seed 5";
 const char kQwen3Flags[] =
     "--arch qwen3 --preset tiny --hidden-size 256 --num-layers 2 --intermediate-size 512 "
     "--vocab-size 512 --seed 4";
@@ -66,14 +72,21 @@ std::vector<std::string> AllBytes(const ModelWeights& w) {
   auto vec = [&](const std::vector<float>& v) {
     out.emplace_back(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
   };
+  auto layer = [&](const DecoderLayerWeights& l) {
+    for (const std::vector<float>* v :
+         {&l.input_norm, &l.post_attention_norm, &l.attention.q_norm, &l.attention.k_norm,
+          &l.attention.qkv_bias, &l.gdn.conv, &l.gdn.dt_bias, &l.gdn.neg_exp_a, &l.gdn.norm,
+          &l.experts.shared_gate}) {
+      vec(*v);
+    }
+  };
   vec(w.final_norm);
-  for (const DecoderLayerWeights& l : w.layers) {
-    vec(l.input_norm);
-    vec(l.post_attention_norm);
-    vec(l.attention.q_norm);
-    vec(l.attention.k_norm);
-    vec(l.attention.qkv_bias);
+  for (const DecoderLayerWeights& l : w.layers) layer(l);
+  for (const std::vector<float>* v :
+       {&w.mtp.pre_fc_norm_embedding, &w.mtp.pre_fc_norm_hidden, &w.mtp.norm}) {
+    vec(*v);
   }
+  for (const DecoderLayerWeights& l : w.mtp.layers) layer(l);
   return out;
 }
 
@@ -135,9 +148,43 @@ TEST_P(SameBitsTest, GgufOfAFolderLoadsAndRunsBitIdentically) {
   EXPECT_EQ(a->tie_word_embeddings, b->tie_word_embeddings);
 }
 
+// `moeserve export-gguf` then `moeserve generate --model FILE.gguf`: the tokenizer, chat
+// template, config and weights all from the file give the folder's text, greedy.
+TEST(GgufCommandsTest, ExportedFileGeneratesTheFoldersText) {
+  const std::string& dir = testing::MadeModel("gguf_qwen3next", kQwen3NextFlags);
+  const std::string gguf = dir + "/exported.gguf";
+  auto run = [](const std::string& cmd) {
+    std::string out;
+    FILE* p = popen(cmd.c_str(), "r");
+    EXPECT_NE(p, nullptr) << cmd;
+    if (p == nullptr) return out;
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
+    EXPECT_EQ(pclose(p), 0) << cmd;
+    return out;
+  };
+  run(fmt::format("{} export-gguf --model {} --out {} --type bf16 2>/dev/null", MOESERVE_BINARY,
+                  dir, gguf));
+  auto generate = [&](const std::string& model) {
+    return run(fmt::format("{} generate --model {} --prompt 'The morning came' --max-tokens 12 "
+                           "2>/dev/null",
+                           MOESERVE_BINARY, model));
+  };
+  const std::string from_folder = generate(dir), from_gguf = generate(gguf);
+  EXPECT_FALSE(from_folder.empty());
+  EXPECT_EQ(from_gguf, from_folder);
+  // A type that is no GGML format moeserve writes is refused.
+  EXPECT_NE(std::system(fmt::format("{} export-gguf --model {} --out {}.x --type q3_k 2>/dev/null",
+                                    MOESERVE_BINARY, dir, gguf)
+                            .c_str()),
+            0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Architectures, SameBitsTest,
                          ::testing::Values(MadeArch{"gguf_qwen3moe", kQwen3MoeFlags},
-                                           MadeArch{"gguf_qwen3", kQwen3Flags}));
+                                           MadeArch{"gguf_qwen3", kQwen3Flags},
+                                           MadeArch{"gguf_qwen3next", kQwen3NextFlags},
+                                           MadeArch{"gguf_llama", kLlamaFlags}));
 
 constexpr DType kBlockDTypes[] = {DType::kGgmlQ8_0, DType::kGgmlQ4_0, DType::kGgmlQ4_1,
                                   DType::kGgmlQ5_0, DType::kGgmlQ5_1, DType::kGgmlQ4_K,
@@ -194,6 +241,29 @@ TEST(GgufBlockFormatsTest, TensorParallelSplitsKeepBlocksWhole) {
     const Result<ModelWeights> q = Load(GgufOf(dir, DType::kGgmlQ8_0), DType::kQ8, {rank, 2, false});
     EXPECT_TRUE(q.ok()) << q.status().ToString();
   }
+}
+
+// The ids generation stops on: eos, eot and eom, and the control tokens that end a turn or a text
+// (what a folder's generation_config.json adds, which a GGUF file does not hold).
+TEST(GgufCheckpointTest, StopsOnTheTurnAndTextEnds) {
+  const std::string& dir = testing::MadeModel("gguf_qwen3moe", kQwen3MoeFlags);
+  io::GgufWriter w = WriterOf(dir, DType::kGgmlQ8_0);
+  nlohmann::json tokens = nlohmann::json::array(), types = nlohmann::json::array();
+  for (int i = 0; i < 512; ++i) {
+    tokens.push_back(i == 500 ? "<|endoftext|>" : i == 501 ? "<|im_end|>" : fmt::format("t{}", i));
+    types.push_back(i >= 500 ? 3 : 1);
+  }
+  tokens[502] = "<|endoftext|>";  // the same text, not a control token: not a stop
+  types[502] = 1;
+  w.SetArray("tokenizer.ggml.tokens", io::GgufType::kString, tokens);
+  w.SetArray("tokenizer.ggml.token_type", io::GgufType::kInt32, types);
+  w.SetU32("tokenizer.ggml.eos_token_id", 501);
+  w.SetU32("tokenizer.ggml.eot_token_id", 7);
+  const std::string path = dir + "/stops.gguf";
+  ASSERT_TRUE(w.Write(path).ok());
+  Result<io::ModelConfig> c = LoadModelConfigAt(path);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{501, 7, 500}));
 }
 
 // Files that lie about the model are refused naming the key or tensor.

@@ -2,11 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <map>
+#include <numeric>
+#include <span>
 #include <vector>
 
 #include "kernels/ref/ggml_blocks_ref.h"
 #include "model/checkpoint_layout.h"
+#include "model/arch/qwen3_next.h"
 #include "model/gguf_checkpoint.h"
 
 namespace moeserve::model {
@@ -36,21 +40,31 @@ void AddKeys(const io::ModelConfig& c, std::string_view arch, io::GgufWriter& w)
     u32("expert_used_count", c.num_experts_per_tok);
     u32("expert_feed_forward_length", c.moe_intermediate_size);
   }
+  if (c.is_hybrid()) {
+    u32("block_count", c.num_hidden_layers + c.num_mtp_layers);
+    if (c.num_mtp_layers > 0) u32("nextn_predict_layers", c.num_mtp_layers);
+    u32("ssm.conv_kernel", c.linear_conv_kernel_dim);
+    u32("ssm.state_size", c.linear_key_head_dim);
+    u32("ssm.group_count", c.linear_num_key_heads);
+    u32("ssm.time_step_rank", c.linear_num_value_heads);
+    u32("ssm.inner_size", c.linear_value_dim());
+    u32("full_attention_interval", c.full_attention_interval);
+    u32("expert_shared_feed_forward_length", c.shared_expert_intermediate_size);
+  }
   if (!c.eos_token_ids.empty()) w.SetU32("tokenizer.ggml.eos_token_id", c.eos_token_ids[0]);
   if (c.bos_token_id >= 0) w.SetU32("tokenizer.ggml.bos_token_id", c.bos_token_id);
 }
 
-// A stored tensor's rows in `dtype` (vectors and f32/f16/bf16 convert exactly through f32; block
-// formats are quantized row by row).
-std::string Encode(const io::SafetensorsTensor& t, DType dtype) {
-  const int64_t cols = t.shape.back(), rows = t.numel() / cols;
+// Rows `rows` of a stored [*, cols] tensor in `dtype` (f32, f16, bf16 convert exactly through
+// f32; block formats are quantized row by row).
+std::string EncodeRows(const io::SafetensorsTensor& t, DType dtype, std::span<const int64_t> rows) {
+  const int64_t cols = t.shape.back();
   std::vector<float> row(static_cast<size_t>(cols));
   const size_t in_row = StoredRowBytes(t.dtype, cols), out_row = StoredRowBytes(dtype, cols);
-  std::string out(static_cast<size_t>(rows) * out_row, '\0');
-  for (int64_t r = 0; r < rows; ++r) {
-    const std::byte* from = t.bytes.data() + r * in_row;
-    auto* to = reinterpret_cast<std::byte*>(out.data() + r * out_row);
-    ConvertToF32(t.dtype, from, row.data(), cols);
+  std::string out(rows.size() * out_row, '\0');
+  for (size_t i = 0; i < rows.size(); ++i) {
+    auto* to = reinterpret_cast<std::byte*>(out.data() + i * out_row);
+    ConvertToF32(t.dtype, t.bytes.data() + rows[i] * in_row, row.data(), cols);
     if (IsGgmlBlockDType(dtype)) {
       kernels::ref::QuantizeGgmlRowRef(dtype, row.data(), to, cols);
     } else {
@@ -60,17 +74,49 @@ std::string Encode(const io::SafetensorsTensor& t, DType dtype) {
   return out;
 }
 
+std::string Encode(const io::SafetensorsTensor& t, DType dtype) {
+  std::vector<int64_t> rows(static_cast<size_t>(t.numel() / t.shape.back()));
+  std::iota(rows.begin(), rows.end(), 0);
+  return EncodeRows(t, dtype, rows);
+}
+
+// A vector as f32 with the converter's rewrite: the 1 of a (1 + w) norm added, A_log as
+// -exp(A_log).
+std::string EncodeVector(const ResolvedTensor& t) {
+  std::vector<float> v(static_cast<size_t>(t.stored->numel()));
+  ConvertToF32(t.stored->dtype, t.stored->bytes.data(), v.data(), static_cast<int64_t>(v.size()));
+  for (float& x : v) {
+    if (t.spec.kind == TensorKind::kNormOneCentered) x += 1.0f;
+    if (t.spec.kind == TensorKind::kALog) x = -std::exp(x);
+  }
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
 }  // namespace
 
 Status AddGgufModel(const io::ModelConfig& config, const io::SafetensorsCheckpoint& checkpoint,
                     DType matrix_dtype, io::GgufWriter& writer) {
   const std::string_view arch = GgufArchitectureName(config.architecture);
   if (arch.empty()) {
-    return Unimplemented("GGUF export covers qwen3moe and qwen3, not {}",
+    return Unimplemented("GGUF export covers qwen3moe, qwen3, qwen3next and llama, not {}",
                          config.architecture_name);
   }
   AddKeys(config, arch, writer);
   ASSIGN_OR_RETURN(const std::vector<ResolvedTensor> tensors, ResolveCheckpoint(config, checkpoint));
+  // The names of the file's own layout (the converter's rewrites, as OpenGgufCheckpoint reads).
+  io::ModelConfig as_gguf = config;
+  if (config.architecture == io::Architecture::kQwen3Next) {
+    as_gguf.gguf.gdn_qkv_z_split = as_gguf.gguf.gdn_a_negated = as_gguf.gguf.norms_with_one = true;
+  }
+  // llama: each q and k head's rows with their rotary halves interleaved (row 2j + t of a head
+  // holds Hugging Face's row t * head_dim / 2 + j).
+  auto interleaved = [&](int64_t rows) {
+    const int64_t hd = config.head_dim, half = hd / 2;
+    std::vector<int64_t> out(static_cast<size_t>(rows));
+    for (int64_t g = 0; g < rows; ++g) out[g] = g / hd * hd + g % hd % 2 * half + g % hd / 2;
+    return out;
+  };
+  const bool permute_qk = config.architecture == io::Architecture::kLlama;
   // Routed experts' tensors are stacked in expert order under one GGUF name.
   struct Stacked {
     std::vector<int64_t> ne;
@@ -79,20 +125,47 @@ Status AddGgufModel(const io::ModelConfig& config, const io::SafetensorsCheckpoi
   };
   std::vector<std::string> order;
   std::map<std::string, Stacked> out;
-  for (const ResolvedTensor& t : tensors) {
-    const GgufName where = GgufNameOf(t.spec);
-    const bool matrix = t.spec.shape.size() == 2 && (t.spec.kind == TensorKind::kLinear ||
-                                                     t.spec.kind == TensorKind::kEmbedding);
-    const DType dtype = matrix ? matrix_dtype : DType::kF32;
-    auto [it, added] = out.try_emplace(where.name);
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, int64_t expert, DType dtype,
+                 std::string bytes) {
+    auto [it, added] = out.try_emplace(name);
     Stacked& s = it->second;
     if (added) {
-      order.push_back(where.name);
-      s.ne.assign(t.spec.shape.rbegin(), t.spec.shape.rend());
-      if (where.expert >= 0) s.ne.push_back(config.num_experts);
+      order.push_back(name);
+      s.ne.assign(shape.rbegin(), shape.rend());
+      if (expert >= 0) s.ne.push_back(config.num_experts);
       s.dtype = dtype;
     }
-    s.bytes += Encode(*t.stored, dtype);
+    s.bytes += bytes;
+  };
+  for (const ResolvedTensor& t : tensors) {
+    const int64_t rows = t.spec.shape.front(), cols = t.spec.shape.back();
+    const bool matrix = t.spec.shape.size() == 2 && rows > 1 &&
+                        (t.spec.kind == TensorKind::kLinear || t.spec.kind == TensorKind::kEmbedding);
+    if (!matrix || t.spec.role == TensorRole::kRouter) {  // routers stay f32, as llama.cpp keeps them
+      std::vector<int64_t> shape = t.spec.shape;
+      if (t.spec.kind == TensorKind::kConvWeight) shape = {shape.front(), shape.back()};  // squeezed
+      add(GgufNameOf(as_gguf, t.spec).name, shape, -1, DType::kF32,
+          t.spec.role == TensorRole::kRouter ? Encode(*t.stored, DType::kF32) : EncodeVector(t));
+    } else if (t.spec.role == TensorRole::kGdnInProjQkvz) {
+      // Qwen3-Next's interleaved rows regrouped as [q | k | v] (attn_qkv) and z (attn_gate).
+      const std::vector<int64_t> split = qwen3_next::QkvzSourceRows(config);
+      const size_t qkv_rows = static_cast<size_t>(config.linear_conv_dim());
+      CheckpointTensor part = t.spec;
+      part.role = TensorRole::kGdnInProjQkv;
+      add(GgufNameOf(as_gguf, part).name, {static_cast<int64_t>(qkv_rows), cols}, -1,
+          matrix_dtype, EncodeRows(*t.stored, matrix_dtype, {split.data(), qkv_rows}));
+      part.role = TensorRole::kGdnInProjZ;
+      add(GgufNameOf(as_gguf, part).name, {rows - static_cast<int64_t>(qkv_rows), cols}, -1,
+          matrix_dtype,
+          EncodeRows(*t.stored, matrix_dtype, {split.data() + qkv_rows, split.size() - qkv_rows}));
+    } else if (permute_qk &&
+               (t.spec.role == TensorRole::kQProj || t.spec.role == TensorRole::kKProj)) {
+      add(GgufNameOf(as_gguf, t.spec).name, t.spec.shape, -1, matrix_dtype,
+          EncodeRows(*t.stored, matrix_dtype, interleaved(rows)));
+    } else {
+      const GgufName where = GgufNameOf(as_gguf, t.spec);
+      add(where.name, t.spec.shape, where.expert, matrix_dtype, Encode(*t.stored, matrix_dtype));
+    }
   }
   for (const std::string& name : order) {
     Stacked& s = out[name];

@@ -282,7 +282,7 @@ void AllocateLayers(const io::ModelConfig& c, const ShardLayout& shard, const Ma
 // keeps and where they go in its concatenated matrices.
 struct RankSlices {
   int64_t q_rows = 0, kv_rows = 0;  // local rows of the qkv matrix: its q part, its k (or v) part
-  std::vector<int64_t> q_src, kv_src;  // their source rows
+  std::vector<int64_t> q_src, k_src, v_src;  // their source rows
   Range o_cols;                        // o_proj's columns
   // The [q | k | v] rows of GDN's split layout [q | k | v | z] this rank keeps (its conv
   // channels), and the source row of each [q | k | v | z] / [b | a] row it keeps.
@@ -300,7 +300,14 @@ RankSlices SliceTensors(const io::ModelConfig& c, const ShardLayout& shard) {
   s.q_rows = local.num_attention_heads * q_stride;
   s.kv_rows = local.num_key_value_heads * hd;
   s.q_src = Rows({{shard.q_heads.begin * q_stride, s.q_rows}});
-  s.kv_src = Rows({{shard.kv_heads.begin * hd, s.kv_rows}});
+  s.v_src = Rows({{shard.kv_heads.begin * hd, s.kv_rows}});
+  s.k_src = s.v_src;
+  if (c.gguf.rope_rows_interleaved) {  // Hugging Face's row r of a head is stored at row
+    const int64_t half = hd / 2;       // 2 (r % half) + r / half of it
+    for (std::vector<int64_t>* rows : {&s.q_src, &s.k_src}) {
+      for (int64_t& r : *rows) r = r / hd * hd + 2 * (r % hd % half) + r % hd / half;
+    }
+  }
   s.o_cols = {shard.q_heads.begin * hd, shard.q_heads.count * hd};
 
   const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
@@ -472,15 +479,15 @@ void PlaceTensor(const TensorSource& t, const io::ModelConfig& c, const ShardLay
     case TensorRole::kPostAttentionNorm: layer->post_attention_norm = t.Norm(); break;
 
     case TensorRole::kQProj: t.IntoRows(layer->attention.qkv, s.q_src, 0); break;
-    case TensorRole::kKProj: t.IntoRows(layer->attention.qkv, s.kv_src, s.q_rows); break;
+    case TensorRole::kKProj: t.IntoRows(layer->attention.qkv, s.k_src, s.q_rows); break;
     case TensorRole::kVProj:
-      t.IntoRows(layer->attention.qkv, s.kv_src, s.q_rows + s.kv_rows);
+      t.IntoRows(layer->attention.qkv, s.v_src, s.q_rows + s.kv_rows);
       break;
     case TensorRole::kOProj: layer->attention.o_proj = t.Matrix(Rows({{0, H}}), s.o_cols); break;
     case TensorRole::kQBias: t.Bias(s.q_src, layer->attention.qkv_bias, 0); break;
-    case TensorRole::kKBias: t.Bias(s.kv_src, layer->attention.qkv_bias, s.q_rows); break;
+    case TensorRole::kKBias: t.Bias(s.k_src, layer->attention.qkv_bias, s.q_rows); break;
     case TensorRole::kVBias:
-      t.Bias(s.kv_src, layer->attention.qkv_bias, s.q_rows + s.kv_rows);
+      t.Bias(s.v_src, layer->attention.qkv_bias, s.q_rows + s.kv_rows);
       break;
     case TensorRole::kOBias:  // added once: by rank 0, before the all-reduce
       if (rank0) layer->attention.o_bias = t.F32();
@@ -507,7 +514,9 @@ void PlaceTensor(const TensorSource& t, const io::ModelConfig& c, const ShardLay
       break;
     case TensorRole::kGdnALog:
       layer->gdn.neg_exp_a = Gather(t.F32(), Rows({shard.gdn_value_heads}));
-      for (float& a : layer->gdn.neg_exp_a) a = -std::exp(a);
+      if (!c.gguf.gdn_a_negated) {
+        for (float& a : layer->gdn.neg_exp_a) a = -std::exp(a);
+      }
       break;
     case TensorRole::kGdnNorm: layer->gdn.norm = t.Norm(); break;
     case TensorRole::kGdnOutProj: layer->gdn.out_proj = t.Matrix(Rows({{0, H}}), s.gdn_v); break;

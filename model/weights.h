@@ -105,9 +105,10 @@ double BytesPerWeight(DType dtype, int64_t cols);
 // Loads and transforms every tensor `config` implies from `checkpoint`, keeping the part rank
 // shard.spec.rank holds (shard.h; the whole model for a single rank, at shard.local's sizes; an
 // expert another rank holds under --ep is left empty). matrix_dtype: bf16, f32 or a packed
-// format (MatrixDType); nullopt picks f32 when the checkpoint stores its matrices in f32 or f16,
+// format (MatrixDType); nullopt picks int8 when the checkpoint's matrices are in GGML's block
+// formats (a GGUF file; embedding and routers then f32), f32 when it stores them in f32 or f16,
 // else bf16. lm_head_dtype: as MatrixDType's lm_head. Errors name the missing, misshapen or
-// unusable tensor.
+// unusable tensor, and a --tp split that would cut a block of a block format.
 //
 // It streams: every matrix is allocated once at its stored size and filled row block by row block
 // straight from the mapped checkpoint over `pool`'s threads (inline without one), a row at a time

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -612,5 +613,81 @@ Result<GgufTokenizer> LoadGgufTokenizer(const io::GgufFile& file, const Tokenize
   }
   return out;
 }
+
+bool LooksSpecialToConverter(const std::string& t) {
+  const auto wrapped = [&](std::string_view open, std::string_view close) {
+    return t.size() >= open.size() + close.size() && t.starts_with(open) && t.ends_with(close);
+  };
+  return t == "<pad>" || t == "<mask>" || t == "<2mass>" || t == "[@BOS@]" || wrapped("<|", "|>") ||
+         wrapped("<\uFF5C", "\uFF5C>") || wrapped("<unused", ">");
+}
+
+void AddGgufTokenizer(io::GgufWriter* w, const nlohmann::json& tok, const nlohmann::json& config, int vocab_size,
+                      int config_bos_id, const std::string& pre) {
+  std::map<int, std::string> by_id;
+  for (const auto& [token, id] : tok["model"]["vocab"].items()) by_id[id.get<int>()] = token;
+  std::map<int, bool> added;  // id -> special
+  for (const nlohmann::json& t : tok["added_tokens"]) {
+    by_id[t["id"].get<int>()] = t["content"].get<std::string>();
+    added[t["id"].get<int>()] = t["special"].get<bool>();
+  }
+  nlohmann::json tokens = nlohmann::json::array();
+  nlohmann::json types = nlohmann::json::array();
+  for (int i = 0; i < vocab_size; ++i) {
+    const auto it = by_id.find(i);
+    if (it == by_id.end()) {
+      tokens.push_back(fmt::format("[PAD{}]", i));
+      types.push_back(5);  // UNUSED
+    } else if (added.count(i) > 0) {
+      // (The converter also writes non-normalized added tokens as decode(encode(token)): the
+      // same text for these.)
+      tokens.push_back(it->second);
+      types.push_back(added[i] || LooksSpecialToConverter(it->second) ? 3 : 4);  // CONTROL, USER_DEFINED
+    } else {
+      tokens.push_back(it->second);
+      types.push_back(1);  // NORMAL
+    }
+  }
+  nlohmann::json merges = nlohmann::json::array();
+  for (const nlohmann::json& m : tok["model"]["merges"]) {
+    merges.push_back(m.is_string() ? m.get<std::string>()
+                                   : m[0].get<std::string>() + " " + m[1].get<std::string>());
+  }
+  w->SetString("tokenizer.ggml.model", "gpt2");
+  w->SetString("tokenizer.ggml.pre", pre);
+  w->SetArray("tokenizer.ggml.tokens", io::GgufType::kString, std::move(tokens));
+  w->SetArray("tokenizer.ggml.token_type", io::GgufType::kInt32, std::move(types));
+  w->SetArray("tokenizer.ggml.merges", io::GgufType::kString, std::move(merges));
+  // tokenizer_config.json's special tokens first (by their added token's id), then config.json's
+  // ids for the ones still unset.
+  const auto added_id = [&](const std::string& content) -> std::optional<int> {
+    for (const nlohmann::json& t : tok["added_tokens"]) {
+      if (t["content"] == content) return t["id"].get<int>();
+    }
+    return std::nullopt;
+  };
+  std::map<std::string, int> ids;
+  for (const char* typ : {"bos", "eos", "unk", "sep", "pad"}) {
+    const std::string field = std::string(typ) + "_token";
+    if (!config.contains(field) || !config[field].is_string()) continue;
+    if (std::optional<int> id = added_id(config[field].get<std::string>())) ids[typ] = *id;
+  }
+  if (ids.count("bos") == 0) ids["bos"] = config_bos_id;
+  const std::map<std::string, std::string> keys = {{"bos", "bos_token_id"},
+                                                   {"eos", "eos_token_id"},
+                                                   {"unk", "unknown_token_id"},
+                                                   {"sep", "seperator_token_id"},
+                                                   {"pad", "padding_token_id"}};
+  for (const auto& [typ, id] : ids) {
+    w->SetU32("tokenizer.ggml." + keys.at(typ), static_cast<uint32_t>(id));
+  }
+  if (config.contains("add_bos_token")) {
+    w->SetBool("tokenizer.ggml.add_bos_token", config["add_bos_token"].get<bool>());
+  }
+  if (config.contains("chat_template")) {
+    w->SetString("tokenizer.chat_template", config["chat_template"].get<std::string>());
+  }
+}
+
 
 }  // namespace moeserve::tokenizer

@@ -51,6 +51,7 @@
 
 #include "core/status.h"
 #include "io/gguf.h"
+#include "io/gguf_writer.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -99,5 +100,17 @@ struct GgufTokenizer {
 // Errors name the file and the key.
 Result<GgufTokenizer> LoadGgufTokenizer(const io::GgufFile& file,
                                         const TokenizerOptions& options = {});
+
+// llama.cpp's converter's does_token_look_special: added tokens it types CONTROL although
+// tokenizer.json does not mark them special (<|...|>, <pad>, ...).
+bool LooksSpecialToConverter(const std::string& token);
+
+// Adds to `w` the tokenizer metadata llama.cpp's converter writes for a Hugging Face folder
+// (_set_vocab_gpt2: get_vocab_base, then SpecialVocab), from tokenizer.json (`tok`),
+// tokenizer_config.json (`config`), config.json's vocab_size and bos_token_id, and the
+// pre-tokenizer's name: every id up to vocab_size with its token type, the unused ones as
+// [PAD<id>], merges "a b", the special ids, add_bos_token and the chat template.
+void AddGgufTokenizer(io::GgufWriter* w, const nlohmann::json& tok, const nlohmann::json& config,
+                      int vocab_size, int config_bos_id, const std::string& pre);
 
 }  // namespace moeserve::tokenizer

@@ -57,86 +57,6 @@ std::string TempPath(const std::string& name) {
       .string();
 }
 
-// The converter's does_token_look_special: added tokens it marks control although they are not
-// special.
-bool LooksSpecial(const std::string& t) {
-  const auto wrapped = [&](std::string_view open, std::string_view close) {
-    return t.size() >= open.size() + close.size() && t.starts_with(open) && t.ends_with(close);
-  };
-  return t == "<pad>" || t == "<mask>" || t == "<2mass>" || t == "[@BOS@]" || wrapped("<|", "|>") ||
-         wrapped("<\uFF5C", "\uFF5C>") || wrapped("<unused", ">");
-}
-
-// The metadata llama.cpp's converter writes for a Hugging Face folder's tokenizer
-// (_set_vocab_gpt2: get_vocab_base, then SpecialVocab), from tokenizer.json, tokenizer_config.json
-// and config.json's vocab_size and bos_token_id.
-void SetAsConverter(GgufWriter* w, const json& tok, const json& config, int vocab_size,
-                    int config_bos_id, const std::string& pre) {
-  std::map<int, std::string> by_id;
-  for (const auto& [token, id] : tok["model"]["vocab"].items()) by_id[id.get<int>()] = token;
-  std::map<int, bool> added;  // id -> special
-  for (const json& t : tok["added_tokens"]) {
-    by_id[t["id"].get<int>()] = t["content"].get<std::string>();
-    added[t["id"].get<int>()] = t["special"].get<bool>();
-  }
-  json tokens = json::array();
-  json types = json::array();
-  for (int i = 0; i < vocab_size; ++i) {
-    const auto it = by_id.find(i);
-    if (it == by_id.end()) {
-      tokens.push_back(fmt::format("[PAD{}]", i));
-      types.push_back(5);  // UNUSED
-    } else if (added.count(i) > 0) {
-      // (The converter also writes non-normalized added tokens as decode(encode(token)): the
-      // same text for these.)
-      tokens.push_back(it->second);
-      types.push_back(added[i] || LooksSpecial(it->second) ? 3 : 4);  // CONTROL, USER_DEFINED
-    } else {
-      tokens.push_back(it->second);
-      types.push_back(1);  // NORMAL
-    }
-  }
-  json merges = json::array();
-  for (const json& m : tok["model"]["merges"]) {
-    merges.push_back(m.is_string() ? m.get<std::string>()
-                                   : m[0].get<std::string>() + " " + m[1].get<std::string>());
-  }
-  w->SetString("tokenizer.ggml.model", "gpt2");
-  w->SetString("tokenizer.ggml.pre", pre);
-  w->SetArray("tokenizer.ggml.tokens", GgufType::kString, std::move(tokens));
-  w->SetArray("tokenizer.ggml.token_type", GgufType::kInt32, std::move(types));
-  w->SetArray("tokenizer.ggml.merges", GgufType::kString, std::move(merges));
-  // tokenizer_config.json's special tokens first (by their added token's id), then config.json's
-  // ids for the ones still unset.
-  const auto added_id = [&](const std::string& content) -> std::optional<int> {
-    for (const json& t : tok["added_tokens"]) {
-      if (t["content"] == content) return t["id"].get<int>();
-    }
-    return std::nullopt;
-  };
-  std::map<std::string, int> ids;
-  for (const char* typ : {"bos", "eos", "unk", "sep", "pad"}) {
-    const std::string field = std::string(typ) + "_token";
-    if (!config.contains(field) || !config[field].is_string()) continue;
-    if (std::optional<int> id = added_id(config[field].get<std::string>())) ids[typ] = *id;
-  }
-  if (ids.count("bos") == 0) ids["bos"] = config_bos_id;
-  const std::map<std::string, std::string> keys = {{"bos", "bos_token_id"},
-                                                   {"eos", "eos_token_id"},
-                                                   {"unk", "unknown_token_id"},
-                                                   {"sep", "seperator_token_id"},
-                                                   {"pad", "padding_token_id"}};
-  for (const auto& [typ, id] : ids) {
-    w->SetU32("tokenizer.ggml." + keys.at(typ), static_cast<uint32_t>(id));
-  }
-  if (config.contains("add_bos_token")) {
-    w->SetBool("tokenizer.ggml.add_bos_token", config["add_bos_token"].get<bool>());
-  }
-  if (config.contains("chat_template")) {
-    w->SetString("tokenizer.chat_template", config["chat_template"].get<std::string>());
-  }
-}
-
 const json& Qwen3TokenizerJson() {
   static const json* j = new json(json::parse(ReadFileOrDie(kQwen3Dir + "/tokenizer.json")));
   return *j;
@@ -161,7 +81,7 @@ Result<GgufTokenizer> Qwen3ThroughGguf(const std::string& chat_template, const s
   config["chat_template"] = chat_template;
   GgufWriter w;
   w.SetString("general.architecture", "qwen3moe");
-  SetAsConverter(&w, Qwen3TokenizerJson(), config, kQwen3VocabSize, kQwen3ConfigBosId, "qwen2");
+  AddGgufTokenizer(&w, Qwen3TokenizerJson(), config, kQwen3VocabSize, kQwen3ConfigBosId, "qwen2");
   return WriteAndLoad(w, name);
 }
 
@@ -183,7 +103,7 @@ const GgufTokenizer& Qwen3Gguf() {
 std::set<int32_t> LookSpecialOnly(const Tokenizer& hf) {
   std::set<int32_t> ids;
   for (const AddedToken& t : hf.added_tokens()) {
-    if (!t.special && LooksSpecial(t.content)) ids.insert(t.id);
+    if (!t.special && LooksSpecialToConverter(t.content)) ids.insert(t.id);
   }
   return ids;
 }
@@ -333,7 +253,7 @@ TEST(GgufTokenizerTest, Qwen3FilesHoldTheFoldersComponentsVocabularyAndMerges) {
   ASSERT_EQ(built["added_tokens"].size(), real["added_tokens"].size());
   for (size_t i = 0; i < real["added_tokens"].size(); ++i) {
     json expected = real["added_tokens"][i];
-    if (LooksSpecial(expected["content"].get<std::string>())) expected["special"] = true;
+    if (LooksSpecialToConverter(expected["content"].get<std::string>())) expected["special"] = true;
     EXPECT_EQ(built["added_tokens"][i], expected);
   }
 }
