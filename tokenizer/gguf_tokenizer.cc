@@ -14,6 +14,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/tokenizer_json.h"
 #include "tokenizer/utf8.h"
 
 namespace moeserve::tokenizer {
@@ -432,17 +433,8 @@ std::vector<bool> InModelVocab(const Vocab& vocab) {
   return in_model;
 }
 
-Json ByteLevelStep() {
-  Json j;
-  j["type"] = "ByteLevel";
-  j["add_prefix_space"] = false;
-  j["trim_offsets"] = false;
-  j["use_regex"] = false;  // the Split before it does the family's split
-  return j;
-}
-
 Json PostProcessor(const Vocab& vocab) {
-  if (!vocab.add_bos && !vocab.add_eos) return ByteLevelStep();
+  if (!vocab.add_bos && !vocab.add_eos) return ByteLevelStepJson();
   Json single = Json::array();
   Json special_tokens = Json::object();
   const auto add = [&](int32_t id) {
@@ -490,20 +482,12 @@ std::string TokenizerJson(const Vocab& vocab) {
   split["invert"] = false;
   Json pre;
   pre["type"] = "Sequence";
-  pre["pretokenizers"] = Json::array({std::move(split), ByteLevelStep()});
+  pre["pretokenizers"] = Json::array({std::move(split), ByteLevelStepJson()});
   root["pre_tokenizer"] = std::move(pre);
   root["post_processor"] = PostProcessor(vocab);
-  root["decoder"] = ByteLevelStep();
+  root["decoder"] = ByteLevelStepJson();
 
-  Json model;
-  model["type"] = "BPE";
-  model["dropout"] = nullptr;
-  model["unk_token"] = nullptr;
-  model["continuing_subword_prefix"] = "";
-  model["end_of_word_suffix"] = "";
-  model["fuse_unk"] = false;
-  model["byte_fallback"] = false;
-  model["ignore_merges"] = vocab.pre->ignore_merges;
+  Json model = BpeModelJson(vocab.pre->ignore_merges);
   // Entries go straight into the object's vector: ordered_json finds keys by linear search, so
   // inserting key by key would be quadratic. The tokens are distinct (ReadTokens checked).
   Json vocab_json = Json::object();

@@ -9,21 +9,13 @@
 
 #include "core/check.h"
 #include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/tokenizer_json.h"
 
 namespace moeserve::tokenizer {
 namespace {
 
 // ordered_json keeps keys in insertion order, so the files read like the ones Hugging Face writes.
 using Json = nlohmann::ordered_json;
-
-Json ByteLevel() {
-  Json j;
-  j["type"] = "ByteLevel";
-  j["add_prefix_space"] = false;
-  j["trim_offsets"] = false;
-  j["use_regex"] = false;  // the Split before it already did the Qwen split
-  return j;
-}
 
 std::vector<SpecialToken> SortedById(std::vector<SpecialToken> specials) {
   std::sort(specials.begin(), specials.end(),
@@ -76,20 +68,12 @@ std::string MakeTokenizerJson(const BpeVocab& vocab, const std::vector<SpecialTo
   split["invert"] = false;
   Json pre;
   pre["type"] = "Sequence";
-  pre["pretokenizers"] = Json::array({std::move(split), ByteLevel()});
+  pre["pretokenizers"] = Json::array({std::move(split), ByteLevelStepJson()});
   j["pre_tokenizer"] = std::move(pre);
-  j["post_processor"] = ByteLevel();
-  j["decoder"] = ByteLevel();
+  j["post_processor"] = ByteLevelStepJson();
+  j["decoder"] = ByteLevelStepJson();
 
-  Json model;
-  model["type"] = "BPE";
-  model["dropout"] = nullptr;
-  model["unk_token"] = nullptr;
-  model["continuing_subword_prefix"] = "";
-  model["end_of_word_suffix"] = "";
-  model["fuse_unk"] = false;
-  model["byte_fallback"] = false;
-  model["ignore_merges"] = false;
+  Json model = BpeModelJson(false);
   // ordered_json objects find keys by linear search, so inserting a 30k-token vocabulary key by
   // key would be quadratic in the vocabulary. Entries go straight into the underlying vector
   // instead, with uniqueness checked here.
