@@ -18,6 +18,7 @@
 #include "kernels/fma_peak.h"
 #include "kernels/isa.h"
 #include "kernels/memory_bandwidth.h"
+#include "model/model_files.h"
 #include "model/checkpoint_layout.h"
 #include "model/weight_bytes.h"
 
@@ -273,7 +274,18 @@ Ceilings MeasureCeilings(const Options& o, model::ModelGroup& group) {
   const std::optional<DType> lm_head =
       weights.lm_head.view().rank() == 2 ? std::optional(weights.lm_head.view().dtype())
                                          : std::nullopt;
+  // A load that keeps the checkpoint's formats (a GGUF file's) reads them as stored.
+  std::map<std::string, double> stored;
+  if (weights.stored_formats) {
+    Result<model::ModelFiles> files = model::OpenModelFiles(*o.model.Dir());
+    CHECK(files.ok()) << files.status().ToString();  // the model was just loaded from it
+    stored = *model::StoredBytesPerWeight(c, files->checkpoint);
+  }
   m.stats = model::ComputeModelStats(c, [&](const model::CheckpointTensor& t) {
+    if (weights.stored_formats && !(t.role == model::TensorRole::kLmHead && lm_head &&
+                                    !IsGgmlBlockDType(*lm_head))) {
+      return stored.at(t.name);
+    }
     return model::LoadedBytesPerWeight(t, weights.matrix_dtype, weights.base_dtype, lm_head);
   });
   // Measured with as many threads as the ranks here compute with.
@@ -464,7 +476,7 @@ nlohmann::ordered_json ResultsJson(const Options& o, const Plan& plan, const Cei
   j["cpu"] = CpuModelName();
   j["isa"] = kernels::ActiveIsa();
   j["isas_available"] = kernels::AvailableIsas();
-  j["weight_dtype"] = DTypeName(lm.weights().matrix_dtype);
+  j["weight_dtype"] = model::WeightFormatName(lm.weights());
   j["lm_head_dtype"] = DTypeName(lm.weights().lm_head_matrix().dtype());
   j["threads"] = m.threads_here;
   j["tp"] = group.size();

@@ -24,7 +24,11 @@ void ModelFlags::Register(FlagSet& flags) {
   flags.String("weight-dtype", &weight_dtype,
                "bf16 | f32 | int8 (per output channel) | int4 (groups of 32) | w8a8 (int8 "
                "weights and int8 activations, one scale per token) | w4a8 (int4 weights, int8 "
-               "activations) (default: as stored); the packed formats are quantized at load");
+               "activations) (default: as stored; a GGUF file's formats are used in place); the "
+               "packed formats are quantized at load");
+  flags.String("ggml-activations", &ggml_activations,
+               "int8 (per block of 32 or 256, as llama.cpp) | f32: the activations of matmuls "
+               "against a GGUF file's quantized blocks, used in place");
   flags.String("lm-head-dtype", &lm_head_dtype,
                "lm_head's dtype, one of --weight-dtype's (default: --weight-dtype's, but int8 "
                "under int4 and w8a8 under w4a8; a tied lm_head stays the embedding's dtype)");
@@ -71,6 +75,9 @@ Status ModelFlags::Validate() const {
       return InvalidArgument("--weight-dtype: '{}' is not bf16, f32, int8, int4, w8a8 or w4a8",
                              weight_dtype);
     }
+  }
+  if (ggml_activations != "int8" && ggml_activations != "f32") {
+    return InvalidArgument("--ggml-activations: '{}' is not int8 or f32", ggml_activations);
   }
   if (!lm_head_dtype.empty()) {
     std::optional<DType> dtype = ParseDTypeName(lm_head_dtype);
@@ -121,12 +128,14 @@ Result<std::unique_ptr<model::CausalLm>> ModelFlags::Load() const {
   if (!weight_dtype.empty()) options.weight_dtype = ParseDTypeName(weight_dtype);
   if (!lm_head_dtype.empty()) options.lm_head_dtype = ParseDTypeName(lm_head_dtype);
   options.threads = static_cast<size_t>(threads);
+  options.ggml_activations = ggml_activations == "f32" ? kernels::GgmlActivations::kF32
+                                                       : kernels::GgmlActivations::kInt8;
   ASSIGN_OR_RETURN(const std::string dir, Dir());
   Stopwatch watch;
   Result<std::unique_ptr<model::CausalLm>> lm = model::CausalLm::Load(dir, options);
   if (!lm.ok()) return lm.status();
   LogDebug("loaded {} ({}, {} weights, SIMD {}) in {:.2f} s", dir,
-           (*lm)->config().architecture_name, DTypeName((*lm)->weights().matrix_dtype),
+           (*lm)->config().architecture_name, model::WeightFormatName((*lm)->weights()),
            kernels::ActiveIsa(), watch.ElapsedSeconds());
   if (!trace.empty()) trace::Start(trace);
   return lm;
@@ -172,6 +181,8 @@ Result<std::unique_ptr<model::ModelGroup>> ModelFlags::LoadGroup() const {
   options.forward.fused_gdn_step = !no_fused_gdn_step;
   options.forward.warm_next_weights = !no_weight_prefetch;
   options.forward.mc2_max_tokens = mc2_max_tokens;
+  options.ggml_activations = ggml_activations == "f32" ? kernels::GgmlActivations::kF32
+                                                       : kernels::GgmlActivations::kInt8;
   model::ParallelOptions parallel;
   parallel.tp = static_cast<int>(tp);
   parallel.ep = ep;
@@ -183,7 +194,7 @@ Result<std::unique_ptr<model::ModelGroup>> ModelFlags::LoadGroup() const {
                    model::ModelGroup::Load(dir, options, parallel));
   const model::CausalLm& lm = group->model();
   LogDebug("loaded {} ({}, {} weights, --tp {}{}, {} threads per rank, SIMD {}) in {:.2f} s", dir,
-           lm.config().architecture_name, DTypeName(lm.weights().matrix_dtype), tp,
+           lm.config().architecture_name, model::WeightFormatName(lm.weights()), tp,
            ep ? " --ep" : "", options.threads, kernels::ActiveIsa(), watch.ElapsedSeconds());
   if (!trace.empty()) {
     trace::SetProcessRank(group->rank());

@@ -18,6 +18,7 @@ struct ModelFlags {
   std::string model;           // "" = the default model
   std::string weight_dtype;    // "" = as the checkpoint
   std::string lm_head_dtype;   // "" = as --weight-dtype implies (model/weights.h: MatrixDType)
+  std::string ggml_activations = "int8";  // int8 | f32 (kernels/matmul.h: GgmlActivations)
   int64_t threads = 0;         // per rank; 0 = the cores divided among this machine's ranks
   int64_t tp = 1;              // --tp: tensor-parallel ranks
   bool ep = false;             // --ep: experts split whole across the ranks

@@ -212,4 +212,13 @@ OwnedTensor::OwnedTensor(DType dtype, std::span<const int64_t> shape) {
   view_ = Tensor(storage_.data(), dtype, shape);
 }
 
+OwnedTensor OwnedTensor::Borrowed(const Tensor& view, std::shared_ptr<const void> owner) {
+  CHECK(owner != nullptr);
+  CHECK(view.contiguous()) << "a borrowed tensor must be contiguous: " << view.ShapeString();
+  OwnedTensor t;
+  t.owner_ = std::move(owner);
+  t.view_ = view;
+  return t;
+}
+
 }  // namespace moeserve

@@ -141,27 +141,36 @@ inline uint16_t* MutablePackedGroupScales(const Tensor& W) {
   return const_cast<uint16_t*>(PackedGroupScales(W));
 }
 
-// A tensor that owns its memory (contiguous, aligned).
+// A tensor that owns its memory (contiguous, aligned), or holds a share of memory another object
+// owns (Borrowed: a tensor of a mapped file, used in place).
 class OwnedTensor {
  public:
   OwnedTensor() = default;
   OwnedTensor(DType dtype, std::span<const int64_t> shape);
   OwnedTensor(DType dtype, std::initializer_list<int64_t> shape)
       : OwnedTensor(dtype, std::span<const int64_t>(shape.begin(), shape.size())) {}
+  // `view` (contiguous) of memory `owner` keeps alive for as long as the tensor lives.
+  static OwnedTensor Borrowed(const Tensor& view, std::shared_ptr<const void> owner);
   // Moving hands the memory over; the source is left empty rather than viewing freed memory.
   OwnedTensor(OwnedTensor&& other) noexcept
-      : storage_(std::move(other.storage_)), view_(std::exchange(other.view_, Tensor())) {}
+      : storage_(std::move(other.storage_)),
+        owner_(std::move(other.owner_)),
+        view_(std::exchange(other.view_, Tensor())) {}
   OwnedTensor& operator=(OwnedTensor&& other) noexcept {
     storage_ = std::move(other.storage_);
+    owner_ = std::move(other.owner_);
     view_ = std::exchange(other.view_, Tensor());
     return *this;
   }
 
   const Tensor& view() const { return view_; }
   operator const Tensor&() const { return view_; }  // NOLINT: a view of owned memory
+  // True for a Borrowed tensor: its bytes are not TensorStorage (TensorStorageBytes).
+  bool borrowed() const { return owner_ != nullptr; }
 
  private:
   TensorStorage storage_;
+  std::shared_ptr<const void> owner_;  // Borrowed: what keeps view_'s memory alive
   Tensor view_;
 };
 

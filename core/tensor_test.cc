@@ -216,6 +216,28 @@ TEST(OwnedTensorTest, MemoryIsWritable) {
   EXPECT_EQ(t.view().Slice(0, 2, 3).data_as<int32_t>()[1], 9);
 }
 
+TEST(OwnedTensorTest, BorrowedKeepsItsOwnerAlive) {
+  auto owner = std::make_shared<std::vector<float>>(std::vector<float>{1, 2, 3, 4, 5, 6});
+  std::weak_ptr<std::vector<float>> watch = owner;
+  const size_t stored = TensorStorageBytes();
+  OwnedTensor t =
+      OwnedTensor::Borrowed(Tensor(owner->data(), DType::kF32, {2, 3}), std::move(owner));
+  EXPECT_TRUE(t.borrowed());
+  EXPECT_EQ(TensorStorageBytes(), stored);  // no storage of its own
+  OwnedTensor moved = std::move(t);
+  EXPECT_FALSE(t.borrowed());  // NOLINT(bugprone-use-after-move): left empty
+  EXPECT_EQ(t.view().data(), nullptr);
+  ASSERT_FALSE(watch.expired());
+  EXPECT_EQ(moved.view().data_as<float>()[4], 5.0f);
+  moved = OwnedTensor();
+  EXPECT_TRUE(watch.expired());
+  EXPECT_FALSE(OwnedTensor(DType::kF32, {1}).borrowed());
+  float x[4] = {};
+  EXPECT_DEATH(OwnedTensor::Borrowed(Tensor(x, DType::kF32, {2, 2}).Slice(1, 0, 1),
+                                     std::make_shared<int>(0)),
+               "contiguous");
+}
+
 TEST(TensorStorageTest, AlignedZeroedAndMovable) {
   TensorStorage empty;
   EXPECT_EQ(empty.data(), nullptr);

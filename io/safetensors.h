@@ -59,6 +59,8 @@ class SafetensorsFile {
   const SafetensorsTensor* Find(std::string_view name) const;  // nullptr if absent
   // String values of "__metadata__" (other values are ignored).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // FromMapping's owner of the mapping (tensors used in place share it); null for Open's files.
+  const std::shared_ptr<const void>& owner() const { return owner_; }
   // The whole file as mapped (read-only; the mapping starts on a page boundary).
   std::span<const std::byte> mapping() const {
     return owner_ ? borrowed_mapping_

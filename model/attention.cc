@@ -33,7 +33,7 @@ void Attention(const LayerContext& ctx, const AttentionWeights& w, const TokenBa
   const float eps = static_cast<float>(c.rms_norm_eps);
 
   float* proj = Grow(s.proj, T * cols);
-  kernels::MatMul(x, H, T, w.qkv.view(), proj, cols, ctx.pool);
+  MatMul(ctx, x, H, T, w.qkv, proj, cols);
   AddBias(proj, T, w.qkv_bias);
 
   float* q = Grow(s.heads, T * nh * hd);
@@ -69,7 +69,7 @@ void Attention(const LayerContext& ctx, const AttentionWeights& w, const TokenBa
   kernels::PagedAttentionBatch(q, queries, nh, kv, 1.0f / std::sqrt(static_cast<float>(hd)), attn,
                                ctx.pool);
   if (gated) kernels::MulSigmoid(attn, gate, T * nh * hd);
-  kernels::MatMul(attn, nh * hd, T, w.o_proj.view(), out, H, ctx.pool);
+  MatMul(ctx, attn, nh * hd, T, w.o_proj, out, H);
   AddBias(out, T, w.o_bias);
 }
 

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/trace.h"
+#include "kernels/ggml_blocks.h"
 #include "kernels/gated_delta_rule.h"
 #include "kernels/matmul.h"
 #include "kernels/norms.h"
@@ -35,8 +36,10 @@ Result<std::unique_ptr<CausalLm>> CausalLm::Load(const std::string& dir,
                        options.lm_head_dtype);
   }();
   if (!weights.ok()) return weights.status();
-  return std::make_unique<CausalLm>(std::move(config), std::move(shard), std::move(*weights),
-                                    threads, options.comm, options.forward);
+  auto lm = std::make_unique<CausalLm>(std::move(config), std::move(shard), std::move(*weights),
+                                       threads, options.comm, options.forward);
+  lm->set_ggml_activations(options.ggml_activations);
+  return lm;
 }
 
 CausalLm::CausalLm(io::ModelConfig config, ShardLayout shard, ModelWeights weights,
@@ -58,23 +61,27 @@ LayerContext CausalLm::Context(int64_t layer) {
                       layer,
                       forward_,
                       shard_.spec.expert_parallel && comm_->size() > 1,
-                      forward_.warm_next_weights && comm_->size() > 1 ? &warmer_ : nullptr};
+                      forward_.warm_next_weights && comm_->size() > 1 ? &warmer_ : nullptr,
+                      ggml_activations_};
 }
 
 void CausalLm::EmbedRows(const int32_t* tokens, int64_t T, float* out) {
   const Tensor& table = weights_.embedding.view();
   const int64_t H = config_.hidden_size;
-  const size_t row_bytes = H * DTypeSize(table.dtype());
+  const size_t row_bytes = StoredRowBytes(table.dtype(), H);
   for (int64_t t = 0; t < T; ++t) {
     CHECK(tokens[t] >= 0 && tokens[t] < config_.vocab_size) << "token id " << tokens[t];
     if (!shard_.vocab.contains(tokens[t])) {  // another rank's row
       std::memset(out + t * H, 0, H * sizeof(float));
       continue;
     }
-    ConvertToF32(table.dtype(),
-                 static_cast<const std::byte*>(table.data()) +
-                     (tokens[t] - shard_.vocab.begin) * row_bytes,
-                 out + t * H, H);
+    const std::byte* row =
+        static_cast<const std::byte*>(table.data()) + (tokens[t] - shard_.vocab.begin) * row_bytes;
+    if (IsGgmlBlockDType(table.dtype())) {  // a GGUF file's, in place
+      kernels::DequantizeGgmlRow(table.dtype(), row, out + t * H, H);
+    } else {
+      ConvertToF32(table.dtype(), row, out + t * H, H);
+    }
   }
   if (comm_->size() > 1) comm_->AllReduceSum(out, T * H);
 }
@@ -138,7 +145,8 @@ void CausalLm::Logits(const float* x, const int32_t* rows, int64_t num_rows, Log
   int32_t* best = mode == LogitsMode::kArgmax ? Grow(argmax, num_rows) : nullptr;
   if (comm_->size() == 1) {
     float* logits = Grow(out, num_rows * V);
-    kernels::MatMul(in, H, num_rows, weights_.lm_head_matrix(), logits, V, pool_);
+    kernels::MatMul(in, H, num_rows, weights_.lm_head_matrix(), logits, V, pool_,
+                    ActivationsFor(weights_.lm_head_matrix(), ggml_activations_));
     for (int64_t i = 0; best != nullptr && i < num_rows; ++i) {
       best[i] = FirstArgmax(logits + i * V, V, /*first_may_be_nan=*/true).index;
     }
@@ -147,7 +155,8 @@ void CausalLm::Logits(const float* x, const int32_t* rows, int64_t num_rows, Log
   // Vocab-parallel: this rank's columns [vocab.begin, vocab.end) into rows padded to Vp.
   const int64_t Vp = shard_.vocab_stride, ranks = comm_->size();
   float* local = Grow(local_logits_, num_rows * Vp);
-  kernels::MatMul(in, H, num_rows, weights_.lm_head_matrix(), local, Vp, pool_);
+  kernels::MatMul(in, H, num_rows, weights_.lm_head_matrix(), local, Vp, pool_,
+                  ActivationsFor(weights_.lm_head_matrix(), ggml_activations_));
   if (mode == LogitsMode::kFull) {
     float* gathered = Grow(gathered_, ranks * num_rows * Vp);
     comm_->AllGather(local, num_rows * Vp, gathered);
@@ -292,7 +301,8 @@ void CausalLm::MtpForwardBatch(const TokenBatch& batch, const float* hidden, Mod
     kernels::RmsNorm(hidden + t * H, mtp.pre_fc_norm_hidden.data(), eps, u + t * 2 * H + H, H);
   }
   float* x = Grow(x_, T * H);
-  kernels::MatMul(u, 2 * H, T, mtp.fc.view(), x, H, pool_);
+  kernels::MatMul(u, 2 * H, T, mtp.fc.view(), x, H, pool_,
+                  ActivationsFor(mtp.fc.view(), ggml_activations_));
   // One MTP layer per draft step in vLLM (spec_step_idx % num_mtp_layers); the first pass and the
   // chained steps of the released models use layer 0, whose KV cache is cache layer
   // num_hidden_layers. It ends with mtp.norm, into mtp_out_.

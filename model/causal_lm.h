@@ -27,6 +27,8 @@ struct LoadOptions {
   parallel::Communicator* comm = nullptr;
   ForwardOptions forward = {};  // the --no-... switches
   std::optional<DType> lm_head_dtype = {};  // default: as MatrixDType decides for weight_dtype
+  // Activations of matmuls against a GGUF file's GGML blocks (--ggml-activations).
+  kernels::GgmlActivations ggml_activations = kernels::GgmlActivations::kInt8;
 };
 
 // Where a hybrid model's token stream may be cut (docs/design.md principle 2). Its GDN layers run a
@@ -65,6 +67,9 @@ class CausalLm {
   // The --no-... switches of the forward from the next call on (results are equal either way).
   const ForwardOptions& forward_options() const { return forward_; }
   void set_forward_options(const ForwardOptions& forward) { forward_ = forward; }
+  // How matmuls against GGML block-format weights take their activations, from the next call on.
+  kernels::GgmlActivations ggml_activations() const { return ggml_activations_; }
+  void set_ggml_activations(kernels::GgmlActivations a) { ggml_activations_ = a; }
   // Bytes this rank's collective waits have warmed so far (case study #12).
   uint64_t warmed_bytes() const { return warmer_.warmed_bytes(); }
 
@@ -136,6 +141,7 @@ class CausalLm {
   parallel::SingleRankCommunicator single_rank_;
   parallel::Communicator* comm_;
   ForwardOptions forward_;
+  kernels::GgmlActivations ggml_activations_ = kernels::GgmlActivations::kInt8;
   Scratch scratch_;
   WeightWarmer warmer_;  // case study #12 (ForwardOptions::warm_next_weights)
   ActivationTap tap_;

@@ -76,22 +76,25 @@ class WarmWhileWaiting {
   void Add(const Tensor& W) {
     if (ctx_.warmer != nullptr) ctx_.warmer->Add(W, ctx_.pool.num_threads());
   }
+  void Add(const WeightMatrix& W) {
+    for (const WeightMatrix::Block& b : W.blocks()) Add(b.rows.view());
+  }
   // What a layer's first matmuls read: its mixer's input projections.
   void AddMixer(const DecoderLayerWeights& w) {
     if (w.type == io::LayerType::kLinearAttention) {
-      Add(w.gdn.in_proj_qkvz.view());
-      Add(w.gdn.in_proj_ba.view());
+      Add(w.gdn.in_proj_qkvz);
+      Add(w.gdn.in_proj_ba);
     } else {
-      Add(w.attention.qkv.view());
+      Add(w.attention.qkv);
     }
   }
   // What the feed-forward half reads first: router and shared expert, or the MLP's gate_up.
   void AddFfn(const DecoderLayerWeights& w) {
     if (w.moe) {
       Add(w.experts.router.view());
-      Add(w.experts.shared.gate_up.view());
+      Add(w.experts.shared.gate_up);
     } else {
-      Add(w.mlp.gate_up.view());
+      Add(w.mlp.gate_up);
     }
   }
 

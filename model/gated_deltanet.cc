@@ -39,8 +39,8 @@ void GatedDeltaNet(const LayerContext& ctx, const GdnWeights& w, const TokenBatc
   float* gates = Grow(s.gates, T * 2 * nv);
   {
     trace::Scope scope("gdn_in_proj");
-    kernels::MatMul(x, H, T, w.in_proj_qkvz.view(), proj, cols, ctx.pool);
-    kernels::MatMul(x, H, T, w.in_proj_ba.view(), gates, 2 * nv, ctx.pool);
+    MatMul(ctx, x, H, T, w.in_proj_qkvz, proj, cols);
+    MatMul(ctx, x, H, T, w.in_proj_ba, gates, 2 * nv);
   }
 
   // Per token: causal conv + SiLU over [q | k | v] (in place, through its sequence's conv
@@ -183,7 +183,7 @@ void GatedDeltaNet(const LayerContext& ctx, const GdnWeights& w, const TokenBatc
     }
   }
   ctx.Tap("gdn_core", core, T, value_dim);
-  kernels::MatMul(core, value_dim, T, w.out_proj.view(), out, H, ctx.pool);
+  MatMul(ctx, core, value_dim, T, w.out_proj, out, H);
 }
 
 }  // namespace moeserve::model

@@ -21,7 +21,7 @@ namespace moeserve::model {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::ForEachMatrix;
+using testing::AllMatrixBytes;
 using testing::MatrixBytes;
 
 // Widths that are whole K-quant super-blocks (256), as real models' are.
@@ -67,8 +67,7 @@ Result<ModelWeights> Load(const std::string& path, std::optional<DType> dtype,
 }
 
 std::vector<std::string> AllBytes(const ModelWeights& w) {
-  std::vector<std::string> out;
-  ForEachMatrix(w, [&](const Tensor& t) { out.push_back(MatrixBytes(t)); });
+  std::vector<std::string> out = AllMatrixBytes(w);
   auto vec = [&](const std::vector<float>& v) {
     out.emplace_back(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
   };
@@ -119,10 +118,12 @@ TEST_P(SameBitsTest, GgufOfAFolderLoadsAndRunsBitIdentically) {
   const std::string& dir = testing::MadeModel(GetParam().name, GetParam().flags);
   for (DType file_dtype : {DType::kBF16, DType::kF32}) {
     const std::string& gguf = GgufOf(dir, file_dtype);
-    for (std::optional<DType> load : {std::optional<DType>(), std::optional(DType::kF32),
+    // (By default a GGUF file is used as stored, its routers f32 as llama.cpp's converter writes
+    // them: its logits are compared below.)
+    for (std::optional<DType> load : {std::optional(DType::kBF16), std::optional(DType::kF32),
                                       std::optional(DType::kQ4)}) {
-      // The folder is bf16: an f32 file's default load is f32, and a packed format keeps the
-      // embedding and routers in the file's precision.
+      // The folder is bf16: a packed format keeps the embedding and routers in the file's
+      // precision.
       if (file_dtype == DType::kF32 && load != DType::kF32) continue;
       Result<ModelWeights> a = Load(dir, load), b = Load(gguf, load);
       ASSERT_TRUE(a.ok()) << a.status().ToString();
@@ -215,16 +216,62 @@ TEST(GgufBlockFormatsTest, LoadAsTheirDequantizationAndRunCloseToIt) {
     EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
         << DTypeName(dtype);
 
-    // Requantized at load to int8 (the default for block formats): a second rounding of each
-    // weight, as far from the f32 forward as int8 is on the bf16 folder. On the dense model: a
-    // tiny random MoE's router flips experts on rounding far smaller than that.
+    // Requantized at load to int8: a second rounding of each weight, as far from the f32 forward
+    // as int8 is on the bf16 folder. On the dense model: a tiny random MoE's router flips experts
+    // on rounding far smaller than that.
     const std::string& dense = GgufOf(testing::MadeModel("gguf_qwen3", kQwen3Flags), dtype);
     const std::vector<float> exact = PromptLogits(dense, {.weight_dtype = DType::kF32});
-    const std::vector<float> packed = PromptLogits(dense);
+    const std::vector<float> packed = PromptLogits(dense, {.weight_dtype = DType::kQ8});
     ASSERT_EQ(exact.size(), packed.size());
     EXPECT_LT(testing::RowRelError(packed.data(), exact.data(), static_cast<int64_t>(exact.size())),
               0.03)
         << DTypeName(dtype);
+  }
+}
+
+// By default a block-format file is used in place: each matrix a view of the file's bytes (q, k
+// and v three blocks of one matrix), none copied. With f32 activations its logits are bit for bit
+// those of its f32 dequantization (the kernels multiply each weight exactly as dequantized, in the
+// f32 kernels' order); with int8 activations per block (the default, as llama.cpp) within a
+// stated distance of them.
+TEST(GgufBlockFormatsTest, UsedInPlaceAsTheirDequantization) {
+  for (const MadeArch& arch : {MadeArch{"gguf_qwen3", kQwen3Flags},
+                               MadeArch{"gguf_qwen3moe", kQwen3MoeFlags}}) {
+    const std::string& dir = testing::MadeModel(arch.name, arch.flags);
+    for (DType dtype : kBlockDTypes) {
+      const std::string& gguf = GgufOf(dir, dtype);
+      Result<ModelWeights> w = Load(gguf, std::nullopt);
+      ASSERT_TRUE(w.ok()) << w.status().ToString();
+      EXPECT_TRUE(w->stored_formats);
+      const DecoderLayerWeights& layer = w->layers[1];
+      ASSERT_EQ(layer.attention.qkv.blocks().size(), 3u);
+      for (const WeightMatrix::Block& b : layer.attention.qkv.blocks()) {
+        EXPECT_TRUE(b.rows.borrowed());
+        EXPECT_EQ(b.rows.view().dtype(), dtype);
+      }
+      EXPECT_TRUE(layer.attention.qkv.contiguous_rows());
+      const Tensor& down = layer.moe ? layer.experts.experts[3].down.view() : layer.mlp.down.view();
+      EXPECT_EQ(down.dtype(), dtype);
+      EXPECT_TRUE(layer.moe ? layer.experts.experts[3].down.borrowed() : layer.mlp.down.borrowed());
+      EXPECT_TRUE(w->embedding.borrowed());
+      EXPECT_EQ(w->embedding.view().dtype(), dtype);
+
+      const std::vector<float> exact = PromptLogits(gguf, {.weight_dtype = DType::kF32});
+      LoadOptions f32_activations;
+      f32_activations.ggml_activations = kernels::GgmlActivations::kF32;
+      const std::vector<float> f32 = PromptLogits(gguf, f32_activations);
+      ASSERT_EQ(f32.size(), exact.size());
+      EXPECT_EQ(std::memcmp(f32.data(), exact.data(), exact.size() * sizeof(float)), 0)
+          << arch.name << " " << DTypeName(dtype);
+      if (std::string(arch.name) == "gguf_qwen3") {  // a tiny MoE's routers flip on less
+        const std::vector<float> int8 = PromptLogits(gguf);
+        ASSERT_EQ(int8.size(), exact.size());
+        EXPECT_LT(
+            testing::RowRelError(int8.data(), exact.data(), static_cast<int64_t>(exact.size())),
+            0.03)
+            << DTypeName(dtype);
+      }
+    }
   }
 }
 
@@ -240,6 +287,27 @@ TEST(GgufBlockFormatsTest, TensorParallelSplitsKeepBlocksWhole) {
   for (int rank : {0, 1}) {
     const Result<ModelWeights> q = Load(GgufOf(dir, DType::kGgmlQ8_0), DType::kQ8, {rank, 2, false});
     EXPECT_TRUE(q.ok()) << q.status().ToString();
+    // Used in place, a rank's whole rows are views of the file; its half of each o_proj row a
+    // copy of those blocks.
+    const Result<ModelWeights> s = Load(GgufOf(dir, DType::kGgmlQ8_0), std::nullopt, {rank, 2, false});
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    const AttentionWeights& a = s->layers[0].attention;
+    for (const WeightMatrix::Block& b : a.qkv.blocks()) EXPECT_TRUE(b.rows.borrowed());
+    EXPECT_FALSE(a.o_proj.borrowed());
+    EXPECT_EQ(a.o_proj.view().dtype(), DType::kGgmlQ8_0);
+    Result<ModelFiles> files = OpenModelFiles(GgufOf(dir, DType::kGgmlQ8_0));
+    ASSERT_TRUE(files.ok());
+    const io::SafetensorsTensor* o = files->checkpoint.Find("model.layers.0.self_attn.o_proj.weight");
+    ASSERT_NE(o, nullptr);
+    const int64_t H = o->shape[0], K = o->shape[1];
+    const size_t half = StoredRowBytes(DType::kGgmlQ8_0, K / 2);
+    for (int64_t r = 0; r < H; ++r) {
+      ASSERT_EQ(std::memcmp(static_cast<const std::byte*>(a.o_proj.view().data()) + r * half,
+                            o->bytes.data() + r * StoredRowBytes(DType::kGgmlQ8_0, K) + rank * half,
+                            half),
+                0)
+          << "row " << r;
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 #include "model/layer_context.h"
 
 #include <algorithm>
+#include <array>
 
 #include "model/layer_util.h"
 
@@ -67,6 +68,42 @@ int64_t Scratch::bytes() const {
     bytes += static_cast<int64_t>(buffer.size() * sizeof(buffer[0]));
   });
   return bytes;
+}
+
+kernels::GgmlActivations ActivationsFor(const Tensor& W,
+                                        kernels::GgmlActivations ggml_activations) {
+  return IsGgmlBlockDType(W.dtype()) ? ggml_activations : kernels::GgmlActivations::kF32;
+}
+
+void MatMul(const LayerContext& ctx, const float* x, int64_t x_stride, int64_t M, const Tensor& W,
+            float* y, int64_t y_stride) {
+  kernels::MatMul(x, x_stride, M, W, y, y_stride, ctx.pool,
+                  ActivationsFor(W, ctx.ggml_activations));
+}
+
+void MatMul(const LayerContext& ctx, const float* x, int64_t x_stride, int64_t M,
+            const WeightMatrix& W, float* y, int64_t y_stride) {
+  if (W.blocks().size() == 1) {
+    MatMul(ctx, x, x_stride, M, W.whole(), y, y_stride);
+    return;
+  }
+  // A fused matrix has a block per checkpoint tensor it joins: q, k, v at most.
+  constexpr size_t kMaxBlocks = 8;
+  CHECK_LE(W.blocks().size(), kMaxBlocks);
+  std::array<kernels::MatMulJob, kMaxBlocks> jobs;
+  int64_t num_jobs = 0;
+  AddMatMulJobs(ctx, x, x_stride, M, W, y, y_stride, jobs.data(), &num_jobs);
+  kernels::MatMulGroup(jobs.data(), num_jobs, ctx.pool);
+}
+
+void AddMatMulJobs(const LayerContext& ctx, const float* x, int64_t x_stride, int64_t M,
+                   const WeightMatrix& W, float* y, int64_t y_stride, kernels::MatMulJob* jobs,
+                   int64_t* num_jobs) {
+  for (const WeightMatrix::Block& b : W.blocks()) {
+    const Tensor& w = b.rows.view();
+    jobs[(*num_jobs)++] = {x, x_stride, M, &w, y + b.first_row, y_stride,
+                           ActivationsFor(w, ctx.ggml_activations)};
+  }
 }
 
 }  // namespace moeserve::model

@@ -14,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "io/model_config.h"
 #include "kernels/matmul.h"
+#include "model/weight_matrix.h"
 #include "model/weight_warmer.h"
 #include "parallel/communicator.h"
 
@@ -88,11 +89,31 @@ struct LayerContext {
   bool expert_parallel = false;  // --ep: ranks hold whole experts (shard.h)
   // What this rank's collective waits warm (null: nothing; one rank has no waits).
   WeightWarmer* warmer = nullptr;
+  // How matmuls against GGML block-format weights (a GGUF file's, in place) take their
+  // activations (kernels/matmul.h); other formats' activations are as their dtype says.
+  kernels::GgmlActivations ggml_activations = kernels::GgmlActivations::kInt8;
 
   bool tapped() const { return tap != nullptr && *tap; }
   void Tap(std::string_view name, const float* data, int64_t rows, int64_t cols) const {
     if (tapped()) (*tap)(name, layer, data, rows, cols);
   }
 };
+
+// ggml_activations for a matmul against W when W is in a GGML block format, else kF32 (what every
+// other format takes).
+kernels::GgmlActivations ActivationsFor(const Tensor& W, kernels::GgmlActivations ggml_activations);
+
+// y[M, N] = x W^T on ctx's pool, with ctx's activations for GGML blocks (kernels::MatMul).
+void MatMul(const LayerContext& ctx, const float* x, int64_t x_stride, int64_t M, const Tensor& W,
+            float* y, int64_t y_stride);
+// The same for a matrix of blocks of rows: each block's outputs into its columns of y, all in one
+// join (kernels::MatMulGroup).
+void MatMul(const LayerContext& ctx, const float* x, int64_t x_stride, int64_t M,
+            const WeightMatrix& W, float* y, int64_t y_stride);
+// Appends the jobs of x W^T for W's blocks to jobs[*num_jobs ...] (room for
+// W.blocks().size() more), for a MatMulGroup that runs them with other products.
+void AddMatMulJobs(const LayerContext& ctx, const float* x, int64_t x_stride, int64_t M,
+                   const WeightMatrix& W, float* y, int64_t y_stride, kernels::MatMulJob* jobs,
+                   int64_t* num_jobs);
 
 }  // namespace moeserve::model

@@ -13,9 +13,9 @@ void SwiGluRows(const LayerContext& ctx, const SwiGluWeights& w, const float* x,
                 int64_t n, std::vector<float>& mid, float* out) {
   const int64_t I = w.width(), H = ctx.config.hidden_size;
   float* m = Grow(mid, n * 2 * I);
-  kernels::MatMul(x, x_stride, n, w.gate_up.view(), m, 2 * I, ctx.pool);  // [n, gate | up]
+  MatMul(ctx, x, x_stride, n, w.gate_up, m, 2 * I);  // [n, gate | up]
   for (int64_t i = 0; i < n; ++i) kernels::SwiGlu(m + i * 2 * I, m + i * 2 * I + I, m + i * 2 * I, I);
-  kernels::MatMul(m, 2 * I, n, w.down.view(), out, H, ctx.pool);
+  MatMul(ctx, m, 2 * I, n, w.down, out, H);
 }
 
 }  // namespace

@@ -32,8 +32,8 @@ void SharedExpertDown(const LayerContext& ctx, const MoeWeights& w, SharedRows r
     float* m = s.shared_mid.data() + t * 2 * Is;
     kernels::SwiGlu(m, m + Is, m, Is);
   }
-  kernels::MatMul(s.shared_mid.data() + rows.begin * 2 * Is, 2 * Is, rows.count(),
-                  w.shared.down.view(), s.shared_out.data() + rows.begin * H, H, ctx.pool);
+  MatMul(ctx, s.shared_mid.data() + rows.begin * 2 * Is, 2 * Is, rows.count(), w.shared.down,
+         s.shared_out.data() + rows.begin * H, H);
 }
 
 // The shared expert over rows on its own (not joined with routed experts).
@@ -42,8 +42,8 @@ void SharedExpert(const LayerContext& ctx, const MoeWeights& w, const float* x, 
   trace::Scope scope("shared_expert");
   Scratch& s = ctx.scratch;
   const int64_t H = ctx.config.hidden_size, Is = ctx.config.shared_expert_intermediate_size;
-  kernels::MatMul(x + rows.begin * H, H, rows.count(), w.shared.gate_up.view(),
-                  s.shared_mid.data() + rows.begin * 2 * Is, 2 * Is, ctx.pool);
+  MatMul(ctx, x + rows.begin * H, H, rows.count(), w.shared.gate_up,
+         s.shared_mid.data() + rows.begin * 2 * Is, 2 * Is);
   SharedExpertDown(ctx, w, rows);
 }
 
@@ -70,7 +70,7 @@ void RoutedExperts(const LayerContext& ctx, const MoeWeights& w, const float* x,
   int32_t* sorted = Grow(s.expert_pairs, T * k);
   std::fill(offsets, offsets + E + 1, 0);
   // Under --ep a rank computes only the experts it holds; the others' come from their ranks.
-  auto held = [&](int32_t e) { return w.experts[e].gate_up.view().rank() == 2; };
+  auto held = [&](int32_t e) { return w.experts[e].gate_up.held(); };
   for (int64_t p = 0; p < T * k; ++p) offsets[ids[p] + 1] += held(ids[p]) ? 1 : 0;
   for (int64_t e = 0; e < E; ++e) offsets[e + 1] += offsets[e];
   for (int64_t p = 0; p < T * k; ++p) {
@@ -83,7 +83,12 @@ void RoutedExperts(const LayerContext& ctx, const MoeWeights& w, const float* x,
   // more rows is a group of its own), each group with one join per projection for all of its
   // experts (MatMulGroup) instead of one per expert.
   const int64_t I = c.moe_intermediate_size, Is = c.shared_expert_intermediate_size;
-  kernels::MatMulJob* jobs = Grow(s.moe_jobs, E + 1);
+  // Jobs: a block of rows of gate_up (or one down) per expert, and the shared expert's.
+  int64_t max_blocks = static_cast<int64_t>(w.shared.gate_up.blocks().size());
+  for (const SwiGluWeights& expert : w.experts) {
+    max_blocks += std::max<int64_t>(1, static_cast<int64_t>(expert.gate_up.blocks().size()));
+  }
+  kernels::MatMulJob* jobs = Grow(s.moe_jobs, max_blocks);
   std::memset(out, 0, T * H * sizeof(float));
   for (int64_t e0 = 0; e0 < E;) {
     int64_t e1 = e0 + 1;
@@ -100,13 +105,13 @@ void RoutedExperts(const LayerContext& ctx, const MoeWeights& w, const float* x,
     for (int64_t e = e0; e < e1; ++e) {
       const int64_t n = offsets[e + 1] - offsets[e], row = offsets[e] - base;
       if (n > 0) {
-        jobs[num_jobs++] = {in + row * H, H, n, &w.experts[e].gate_up.view(), mid + row * 2 * I,
-                            2 * I};
+        AddMatMulJobs(ctx, in + row * H, H, n, w.experts[e].gate_up, mid + row * 2 * I, 2 * I,
+                      jobs, &num_jobs);
       }
     }
     if (with_shared) {
-      jobs[num_jobs++] = {x + shared.begin * H, H, shared.count(), &w.shared.gate_up.view(),
-                          s.shared_mid.data() + shared.begin * 2 * Is, 2 * Is};
+      AddMatMulJobs(ctx, x + shared.begin * H, H, shared.count(), w.shared.gate_up,
+                    s.shared_mid.data() + shared.begin * 2 * Is, 2 * Is, jobs, &num_jobs);
     }
     kernels::MatMulGroup(jobs, num_jobs, ctx.pool);
     for (int64_t i = 0; i < rows; ++i) {
@@ -116,7 +121,9 @@ void RoutedExperts(const LayerContext& ctx, const MoeWeights& w, const float* x,
     for (int64_t e = e0; e < e1; ++e) {
       const int64_t n = offsets[e + 1] - offsets[e], row = offsets[e] - base;
       if (n > 0) {
-        jobs[num_jobs++] = {mid + row * 2 * I, 2 * I, n, &w.experts[e].down.view(), y + row * H, H};
+        const Tensor& down = w.experts[e].down.view();
+        jobs[num_jobs++] = {mid + row * 2 * I, 2 * I, n, &down, y + row * H, H,
+                            ActivationsFor(down, ctx.ggml_activations)};
       }
     }
     if (with_shared) {
@@ -124,8 +131,10 @@ void RoutedExperts(const LayerContext& ctx, const MoeWeights& w, const float* x,
         float* m = s.shared_mid.data() + t * 2 * Is;
         kernels::SwiGlu(m, m + Is, m, Is);
       }
+      const Tensor& down = w.shared.down.view();
       jobs[num_jobs++] = {s.shared_mid.data() + shared.begin * 2 * Is, 2 * Is, shared.count(),
-                          &w.shared.down.view(), s.shared_out.data() + shared.begin * H, H};
+                          &down, s.shared_out.data() + shared.begin * H, H,
+                          ActivationsFor(down, ctx.ggml_activations)};
     }
     kernels::MatMulGroup(jobs, num_jobs, ctx.pool);
     // Pairs in expert order, so each token adds its experts in ascending id.
@@ -136,7 +145,7 @@ void RoutedExperts(const LayerContext& ctx, const MoeWeights& w, const float* x,
   }
 }
 
-bool HasSharedExpert(const MoeWeights& w) { return w.shared.gate_up.view().rank() == 2; }
+bool HasSharedExpert(const MoeWeights& w) { return w.shared.gate_up.held(); }
 
 // The router: f32 softmax over all experts, top-k, renormalized over the k. Leaves the
 // probabilities [T, E] in scratch.router, each token's experts and weights [T, k] in
@@ -147,7 +156,7 @@ void Route(const LayerContext& ctx, const MoeWeights& w, const float* x, int64_t
   Scratch& s = ctx.scratch;
   const int64_t H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok;
   float* probs = Grow(s.router, T * E);
-  kernels::MatMul(x, H, T, w.router.view(), probs, E, ctx.pool);
+  MatMul(ctx, x, H, T, w.router, probs, E);
   int32_t* ids = Grow(s.topk_ids, T * k);
   float* weights = Grow(s.topk_weights, T * k);
   for (int64_t t = 0; t < T; ++t) {

@@ -35,31 +35,58 @@ inline int32_t Argmax(const float* x, int64_t n) {
   return static_cast<int32_t>(std::max_element(x, x + n) - x);
 }
 
-// Every matrix of the weights in a fixed order (an empty view where a layer has no such matrix).
-inline void ForEachMatrix(const ModelWeights& w, const std::function<void(const Tensor&)>& f) {
+// Every matrix of the weights in a fixed order: on_tensor(t) for one tensor (an empty view where
+// a layer has no such matrix), on_blocks(m) for a matrix of blocks (weight_matrix.h).
+template <typename OnTensor, typename OnBlocks>
+void VisitMatrices(const ModelWeights& w, const OnTensor& on_tensor, const OnBlocks& on_blocks) {
   auto layer = [&](const DecoderLayerWeights& l) {
-    for (const OwnedTensor* t :
-         {&l.attention.qkv, &l.attention.o_proj, &l.gdn.in_proj_qkvz, &l.gdn.in_proj_ba,
-          &l.gdn.out_proj, &l.experts.router, &l.experts.shared.gate_up, &l.experts.shared.down,
-          &l.mlp.gate_up, &l.mlp.down}) {
-      f(t->view());
+    for (const WeightMatrix* m : {&l.attention.qkv, &l.gdn.in_proj_qkvz, &l.gdn.in_proj_ba,
+                                  &l.experts.shared.gate_up, &l.mlp.gate_up}) {
+      on_blocks(*m);
+    }
+    for (const OwnedTensor* t : {&l.attention.o_proj, &l.gdn.out_proj, &l.experts.router,
+                                 &l.experts.shared.down, &l.mlp.down}) {
+      on_tensor(t->view());
     }
     for (const SwiGluWeights& e : l.experts.experts) {
-      f(e.gate_up.view());
-      f(e.down.view());
+      on_blocks(e.gate_up);
+      on_tensor(e.down.view());
     }
   };
-  f(w.embedding.view());
+  on_tensor(w.embedding.view());
   for (const DecoderLayerWeights& l : w.layers) layer(l);
-  f(w.lm_head.view());
-  f(w.mtp.fc.view());
+  on_tensor(w.lm_head.view());
+  on_tensor(w.mtp.fc.view());
   for (const DecoderLayerWeights& l : w.mtp.layers) layer(l);
+}
+
+// Every tensor of the weights' matrices in a fixed order, a matrix of blocks block by block (an
+// empty view where a layer has no such matrix).
+inline void ForEachMatrix(const ModelWeights& w, const std::function<void(const Tensor&)>& f) {
+  VisitMatrices(w, f, [&](const WeightMatrix& m) {
+    if (!m.held()) f(Tensor());
+    for (const WeightMatrix::Block& b : m.blocks()) f(b.rows.view());
+  });
 }
 
 // A matrix's bytes (rows and scales); empty for an empty view.
 inline std::string MatrixBytes(const Tensor& t) {
   if (t.rank() == 0) return "";
   return std::string(static_cast<const char*>(t.data()), t.bytes());
+}
+
+// Every matrix's bytes in VisitMatrices' order, a matrix of blocks as its blocks' bytes one after
+// another: the same for a matrix whether the loader concatenated it or keeps a file's tensors.
+inline std::vector<std::string> AllMatrixBytes(const ModelWeights& w) {
+  std::vector<std::string> out;
+  VisitMatrices(
+      w, [&](const Tensor& t) { out.push_back(MatrixBytes(t)); },
+      [&](const WeightMatrix& m) {
+        std::string bytes;
+        for (const WeightMatrix::Block& b : m.blocks()) bytes += MatrixBytes(b.rows.view());
+        out.push_back(std::move(bytes));
+      });
+  return out;
 }
 
 // The folder `moeserve make-model <flags>` writes (MOESERVE_BINARY: every test target's), made

@@ -68,6 +68,11 @@ void PlanLayer(const ShardLayout& shard, DType requested, DType base, io::LayerT
 int64_t Bytes(const OwnedTensor& t) {
   return t.view().data() != nullptr ? static_cast<int64_t>(t.view().bytes()) : 0;
 }
+int64_t Bytes(const WeightMatrix& m) {
+  int64_t bytes = 0;
+  for (const WeightMatrix::Block& b : m.blocks()) bytes += Bytes(b.rows);
+  return bytes;
+}
 int64_t Bytes(const std::vector<float>& v) { return static_cast<int64_t>(v.size()) * kF32; }
 
 void CountLayer(const DecoderLayerWeights& l, const WeightKind* kind, WeightBytes& out) {
@@ -163,6 +168,17 @@ double LoadedBytesPerWeight(const CheckpointTensor& t, DType requested, DType ba
   if (t.kind != TensorKind::kLinear && t.kind != TensorKind::kEmbedding) return sizeof(float);
   const int64_t cols = t.shape.back();
   return BytesPerWeight(MatrixDType(requested, base, t.role, cols, lm_head), cols);
+}
+
+Result<std::map<std::string, double>> StoredBytesPerWeight(
+    const io::ModelConfig& config, const io::SafetensorsCheckpoint& checkpoint) {
+  ASSIGN_OR_RETURN(std::vector<ResolvedTensor> tensors, ResolveCheckpoint(config, checkpoint));
+  std::map<std::string, double> out;
+  for (const ResolvedTensor& t : tensors) {
+    out[t.spec.name] =
+        static_cast<double>(t.stored->bytes.size()) / static_cast<double>(t.stored->numel());
+  }
+  return out;
 }
 
 WeightBytes CountWeightBytes(const ModelWeights& w) {

@@ -6,10 +6,13 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <optional>
 #include <string_view>
 
 #include "core/dtype.h"
+#include "core/status.h"
 #include "io/model_config.h"
 #include "model/checkpoint_layout.h"
 #include "model/shard.h"
@@ -59,6 +62,12 @@ DType ConfigMatrixDType(const io::ModelConfig& config);
 // says: ComputeModelStats's bytes per decoded token of the run a plan or a load describes.
 double LoadedBytesPerWeight(const CheckpointTensor& t, DType requested, DType base,
                             std::optional<DType> lm_head = std::nullopt);
+
+// Bytes per element of each tensor of `checkpoint` the walk reads, as stored (by the walk's
+// name; a GGUF file's blocks hold their scales): the bytes per token of a checkpoint, and of a
+// load that keeps its formats (ModelWeights::stored_formats).
+Result<std::map<std::string, double>> StoredBytesPerWeight(
+    const io::ModelConfig& config, const io::SafetensorsCheckpoint& checkpoint);
 
 // The bytes `weights` holds: every matrix's storage and every vector's floats.
 WeightBytes CountWeightBytes(const ModelWeights& weights);

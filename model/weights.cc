@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "core/log.h"
 #include "core/thread_pool.h"
@@ -21,18 +22,28 @@ using io::SafetensorsTensor;
 bool IsFloatDType(DType d) { return d == DType::kBF16 || d == DType::kF16 || d == DType::kF32; }
 
 // How the matrices of a load are stored: `base` (bf16 or f32), or for --weight-dtype int8 /
-// int4 that packed format where MatrixDType allows it.
+// int4 that packed format where MatrixDType allows it; or each as its checkpoint stores it
+// (`stored`: a GGUF file's default), in place where `owner` (the mapping's owner) is set.
 struct MatrixFormat {
-  DType requested;
-  DType base;
+  DType requested = DType::kBF16;
+  DType base = DType::kBF16;
   std::optional<DType> lm_head;
+  bool stored = false;
+  std::shared_ptr<const void> owner;
   DType For(TensorRole role, int64_t cols) const {
     return MatrixDType(requested, base, role, cols, lm_head);
   }
 };
 
-OwnedTensor NewMatrix(const MatrixFormat& format, TensorRole role, int64_t rows, int64_t cols) {
-  return OwnedTensor(format.For(role, cols), {rows, cols});
+// The dtype a stored-format load keeps a matrix stored as `dtype` in: itself when the kernels
+// read it (GGML blocks, bf16, f32), f32 for f16.
+DType StoredMatrixDType(DType dtype) { return dtype == DType::kF16 ? DType::kF32 : dtype; }
+
+// A matrix that several checkpoint tensors are copied into, allocated whole; empty for a
+// stored-format load, whose tensors become its blocks as they are placed.
+WeightMatrix NewMatrix(const MatrixFormat& format, TensorRole role, int64_t rows, int64_t cols) {
+  if (format.stored) return WeightMatrix();
+  return WeightMatrix(OwnedTensor(format.For(role, cols), {rows, cols}));
 }
 
 // Row indices of a source tensor: the concatenation of ranges, each shifted by `offset`.
@@ -72,7 +83,6 @@ RowCopy PlanCopy(const SafetensorsTensor& src, int64_t src_cols, std::vector<int
 // source rows per call.
 void CopyRows(const RowCopy& c, size_t begin, size_t end, float* row) {
   const DType from_dtype = c.src->dtype, to_dtype = c.dst.dtype();
-  const size_t src_size = DTypeSize(from_dtype), dst_size = DTypeSize(to_dtype);
   const int64_t n = c.cols.count;
   const size_t row_bytes = StoredRowBytes(from_dtype, c.src_cols);
   const size_t col_offset = StoredRowBytes(from_dtype, c.cols.begin);
@@ -90,12 +100,13 @@ void CopyRows(const RowCopy& c, size_t begin, size_t end, float* row) {
     }
     return;
   }
+  const size_t dst_row_bytes = StoredRowBytes(to_dtype, n);
   for (size_t i = begin; i < end; ++i) {
     const std::byte* from = source(i);
     const int64_t dst_row = c.dst_row + static_cast<int64_t>(i);
-    std::byte* to = static_cast<std::byte*>(c.dst.data()) + dst_row * n * dst_size;
-    if (from_dtype == to_dtype) {
-      std::memcpy(to, from, n * src_size);
+    std::byte* to = static_cast<std::byte*>(c.dst.data()) + dst_row * dst_row_bytes;
+    if (from_dtype == to_dtype) {  // as stored: whole blocks of a GGML format
+      std::memcpy(to, from, dst_row_bytes);
     } else if (IsGgmlBlockDType(from_dtype)) {
       kernels::DequantizeGgmlRow(from_dtype, from, row, n);
       ConvertFromF32(row, to_dtype, to, n);
@@ -198,8 +209,6 @@ void AllocateLayer(const ShardLayout& shard, const MatrixFormat& f, io::LayerTyp
       if (!shard.holds_expert(e)) continue;
       layer->experts.experts[e].gate_up =
           NewMatrix(f, TensorRole::kExpertGate, 2 * c.moe_intermediate_size, H);
-      layer->experts.experts[e].down =
-          NewMatrix(f, TensorRole::kExpertDown, H, c.moe_intermediate_size);
     }
     if (c.shared_expert_intermediate_size > 0) {
       layer->experts.shared.gate_up =
@@ -218,17 +227,6 @@ DType ChooseMatrixDType(const std::vector<ResolvedTensor>& tensors) {
     if (t.spec.kind == TensorKind::kLinear && t.stored->dtype == DType::kBF16) return DType::kBF16;
   }
   return DType::kF32;
-}
-
-// The packed format that holds a GGUF file's block-quantized matrices when --weight-dtype is not
-// given: int8, whose one rounding of the format's values stays close to them (int4 would round
-// a 4- to 6-bit grid onto another; the memory plan names it when int8 does not fit); nullopt
-// when no matrix is block-quantized.
-std::optional<DType> ChooseBlockMatrixDType(const std::vector<ResolvedTensor>& tensors) {
-  for (const ResolvedTensor& t : tensors) {
-    if (t.spec.kind == TensorKind::kLinear && IsGgmlBlockDType(t.stored->dtype)) return DType::kQ8;
-  }
-  return std::nullopt;
 }
 
 // The loader's phases, in order (LoadWeights).
@@ -254,16 +252,30 @@ Status CheckMatrixDType(DType d, std::string_view what) {
                          what, DTypeName(d));
 }
 
-// The requested matrix dtype (nullopt: as the checkpoint's matrices) and the base dtype.
+// The requested matrix dtype (nullopt: as the checkpoint's matrices) and the base dtype; a
+// checkpoint in another reader's mapping (`owner`: a GGUF file) is used as stored by default.
 Result<MatrixFormat> ChooseMatrixFormat(const std::vector<ResolvedTensor>& tensors,
-                                        std::optional<DType> matrix_dtype) {
-  const DType requested =
-      matrix_dtype.value_or(ChooseBlockMatrixDType(tensors).value_or(ChooseMatrixDType(tensors)));
+                                        std::optional<DType> matrix_dtype,
+                                        std::shared_ptr<const void> owner) {
+  const DType requested = matrix_dtype.value_or(ChooseMatrixDType(tensors));
   RETURN_IF_ERROR(CheckMatrixDType(requested, "weight"));
   // Packed formats keep what they cannot hold (routers, embeddings, int4's odd widths) in the
   // checkpoint's own precision.
-  return MatrixFormat{requested, IsPackedDType(requested) ? ChooseMatrixDType(tensors) : requested,
-                      std::nullopt};
+  MatrixFormat format;
+  format.requested = requested;
+  format.base = IsPackedDType(requested) ? ChooseMatrixDType(tensors) : requested;
+  if (!matrix_dtype && owner != nullptr) {
+    format.stored = true;
+    format.owner = std::move(owner);
+  }
+  return format;
+}
+
+// The owner of the one mapping a checkpoint's tensors lie in when another reader mapped it (a
+// GGUF file: model/gguf_checkpoint.h); null for safetensors files, which map themselves.
+std::shared_ptr<const void> MappingOwner(const io::SafetensorsCheckpoint& checkpoint) {
+  const std::vector<const io::SafetensorsFile*> files = checkpoint.files();
+  return files.size() == 1 ? files[0]->owner() : nullptr;
 }
 
 void AllocateLayers(const io::ModelConfig& c, const ShardLayout& shard, const MatrixFormat& format,
@@ -414,21 +426,34 @@ class TensorSource {
 
   const CheckpointTensor& spec() const { return spec_; }
 
-  // Rows `rows` (all columns, or `col_range`) as a new matrix.
+  // Rows `rows` (all columns, or `col_range`) as a matrix of their own: in a stored-format load
+  // the file's own bytes when they are whole consecutive rows, else a copy as stored.
   OwnedTensor Matrix(std::vector<int64_t> rows, Range col_range) const {
-    OwnedTensor m =
-        NewMatrix(format_, spec_.role, static_cast<int64_t>(rows.size()), col_range.count);
+    const int64_t n = static_cast<int64_t>(rows.size());
+    if (InPlace(rows, col_range)) {
+      const int64_t shape[] = {n, cols_};
+      const size_t row_bytes = StoredRowBytes(src_.dtype, cols_);
+      CHECK_LE((static_cast<size_t>(rows[0]) + n) * row_bytes, src_.bytes.size());
+      // The mapping is read-only: the kernels only read weights.
+      void* first = const_cast<std::byte*>(src_.bytes.data() + rows[0] * row_bytes);
+      return OwnedTensor::Borrowed(Tensor(first, src_.dtype, shape), format_.owner);
+    }
+    const DType dtype = Converted() ? format_.For(spec_.role, col_range.count)
+                                    : StoredMatrixDType(src_.dtype);
+    OwnedTensor m(dtype, {n, col_range.count});
     plan_.push_back(PlanCopy(src_, cols_, std::move(rows), col_range, m.view(), 0));
     return m;
   }
   OwnedTensor Whole() const { return Matrix(Rows({{0, spec_.shape[0]}}), Range{0, cols_}); }
-  // Source rows `rows` (all columns) into dst from dst_row.
-  void IntoRows(const OwnedTensor& dst, std::vector<int64_t> rows, int64_t dst_row) const {
-    plan_.push_back(PlanCopy(src_, cols_, std::move(rows), Range{0, cols_}, dst.view(), dst_row));
-  }
-  // Columns `col_range` of the source rows `rows` as the whole of dst.
-  void IntoMatrix(const OwnedTensor& dst, std::vector<int64_t> rows, Range col_range) const {
-    plan_.push_back(PlanCopy(src_, cols_, std::move(rows), col_range, dst.view(), 0));
+  // Source rows `rows` (all columns) into dst from dst_row: copied into its one allocation, or in
+  // a stored-format load, a block of its own.
+  void IntoRows(WeightMatrix& dst, std::vector<int64_t> rows, int64_t dst_row) const {
+    if (!Converted()) {
+      dst.AddBlock(dst_row, Matrix(std::move(rows), Range{0, cols_}));
+      return;
+    }
+    plan_.push_back(
+        PlanCopy(src_, cols_, std::move(rows), Range{0, cols_}, dst.whole(), dst_row));
   }
   // The entries `at` into dst from offset.
   void Bias(const std::vector<int64_t>& at, std::vector<float>& dst, int64_t offset) const {
@@ -439,6 +464,24 @@ class TensorSource {
   std::vector<float> Norm() const { return NormWeight(spec_, src_); }
 
  private:
+  // Whether this tensor's matrix is converted to the load's format: always, but in a
+  // stored-format load, only lm_head under --lm-head-dtype.
+  bool Converted() const {
+    return !format_.stored || (spec_.role == TensorRole::kLmHead && format_.lm_head);
+  }
+  // A stored-format load with the mapping's owner uses whole consecutive rows in place.
+  bool InPlace(const std::vector<int64_t>& rows, Range col_range) const {
+    if (Converted() || format_.owner == nullptr || rows.empty()) return false;
+    if (StoredMatrixDType(src_.dtype) != src_.dtype || col_range.begin != 0 ||
+        col_range.count != cols_) {
+      return false;
+    }
+    for (size_t i = 1; i < rows.size(); ++i) {
+      if (rows[i] != rows[0] + static_cast<int64_t>(i)) return false;
+    }
+    return true;
+  }
+
   const CheckpointTensor& spec_;
   const SafetensorsTensor& src_;
   const MatrixFormat& format_;
@@ -535,7 +578,7 @@ void PlaceTensor(const TensorSource& t, const io::ModelConfig& c, const ShardLay
       break;
     case TensorRole::kExpertDown:
       if (shard.holds_expert(spec.expert)) {
-        t.IntoMatrix(layer->experts.experts[spec.expert].down, Rows({{0, H}}), shard.moe);
+        layer->experts.experts[spec.expert].down = t.Matrix(Rows({{0, H}}), shard.moe);
       }
       break;
     case TensorRole::kExpertsGateUp:  // [E, 2I, H]: rows [0, I) gate, [I, 2I) up
@@ -545,7 +588,7 @@ void PlaceTensor(const TensorSource& t, const io::ModelConfig& c, const ShardLay
       break;
     case TensorRole::kExpertsDown:  // [E, H, I]
       for (int64_t e = shard.experts.begin; e < shard.experts.end(); ++e) {
-        t.IntoMatrix(layer->experts.experts[e].down, Rows({{0, H}}, e * H), shard.moe);
+        layer->experts.experts[e].down = t.Matrix(Rows({{0, H}}, e * H), shard.moe);
       }
       break;
     case TensorRole::kSharedExpertGate:
@@ -632,6 +675,10 @@ DType MatrixDType(DType requested, DType base, TensorRole role, int64_t cols,
   }
 }
 
+std::string WeightFormatName(const ModelWeights& weights) {
+  return weights.stored_formats ? "as stored" : std::string(DTypeName(weights.matrix_dtype));
+}
+
 double BytesPerWeight(DType dtype, int64_t cols) {
   switch (dtype) {
     case DType::kQ8:
@@ -648,7 +695,8 @@ Result<ModelWeights> LoadWeights(const io::ModelConfig& c, const ShardLayout& sh
                                  std::optional<DType> lm_head_dtype) {
   ASSIGN_OR_RETURN(std::vector<ResolvedTensor> tensors, ResolveCheckpoint(c, checkpoint));
   RETURN_IF_ERROR(CheckStoredDTypes(tensors));
-  ASSIGN_OR_RETURN(MatrixFormat format, ChooseMatrixFormat(tensors, matrix_dtype));
+  ASSIGN_OR_RETURN(MatrixFormat format,
+                   ChooseMatrixFormat(tensors, matrix_dtype, MappingOwner(checkpoint)));
   if (lm_head_dtype) {
     RETURN_IF_ERROR(CheckMatrixDType(*lm_head_dtype, "lm_head"));
     format.lm_head = lm_head_dtype;
@@ -656,6 +704,7 @@ Result<ModelWeights> LoadWeights(const io::ModelConfig& c, const ShardLayout& sh
   ModelWeights w;
   w.matrix_dtype = format.requested;
   w.base_dtype = format.base;
+  w.stored_formats = format.stored;
   const RankSlices slices = SliceTensors(c, shard);
   RETURN_IF_ERROR(CheckBlockSplits(tensors, shard, slices));
   AllocateLayers(c, shard, format, w);

@@ -21,13 +21,14 @@
 #include "io/safetensors.h"
 #include "model/checkpoint_layout.h"
 #include "model/shard.h"
+#include "model/weight_matrix.h"
 
 namespace moeserve::model {
 
 struct AttentionWeights {
   // [q_rows + 2 * kv_rows, H]: q_proj rows (per head [query; gate] when gated, docs/spec/model.md
   // §3.d), then k_proj, then v_proj.
-  OwnedTensor qkv;
+  WeightMatrix qkv;
   std::vector<float> qkv_bias;  // [q_rows + 2 * kv_rows], empty without attention_bias
   OwnedTensor o_proj;           // [H, num_heads * head_dim]
   std::vector<float> o_bias;    // [H] or empty
@@ -36,8 +37,8 @@ struct AttentionWeights {
 };
 
 struct GdnWeights {
-  OwnedTensor in_proj_qkvz;  // [2 key_dim + 2 value_dim, H], rows [q | k | v | z]
-  OwnedTensor in_proj_ba;    // [2 nv, H], rows [b | a]
+  WeightMatrix in_proj_qkvz;  // [2 key_dim + 2 value_dim, H], rows [q | k | v | z]
+  WeightMatrix in_proj_ba;    // [2 nv, H], rows [b | a]
   std::vector<float> conv;   // [Kc][conv_dim]: conv[j][c] = conv1d.weight[c, 0, j]
   std::vector<float> dt_bias;   // [nv]
   std::vector<float> neg_exp_a;  // [nv], -exp(A_log)
@@ -47,9 +48,9 @@ struct GdnWeights {
 
 // One SwiGLU block: down(silu(gate x) * up x).
 struct SwiGluWeights {
-  OwnedTensor gate_up;  // [2 I, H], rows [gate | up]
-  OwnedTensor down;     // [H, I]
-  int64_t width() const { return gate_up.view().rank() == 2 ? gate_up.view().dim(0) / 2 : 0; }
+  WeightMatrix gate_up;  // [2 I, H], rows [gate | up]
+  OwnedTensor down;      // [H, I]
+  int64_t width() const { return gate_up.rows() / 2; }
 };
 
 struct MoeWeights {
@@ -79,6 +80,9 @@ struct MtpWeights {
 struct ModelWeights {
   DType matrix_dtype = DType::kBF16;  // --weight-dtype: bf16, f32, or packed int8 / int4
   DType base_dtype = DType::kBF16;    // bf16 or f32: matrices a packed format does not hold
+  // Every matrix in its checkpoint's own format (a GGUF file's default: GGML blocks, bf16 and f32
+  // used in place; f16 widened to f32), rather than matrix_dtype / base_dtype.
+  bool stored_formats = false;
   OwnedTensor embedding;  // [V, H] (vocab-parallel ranks: their rows, shard.h)
   std::vector<DecoderLayerWeights> layers;
   std::vector<float> final_norm;  // [H]
@@ -89,6 +93,9 @@ struct ModelWeights {
     return lm_head.view().rank() == 2 ? lm_head.view() : embedding.view();
   }
 };
+
+// The load's matrix format for reports: the --weight-dtype's name, or "as stored".
+std::string WeightFormatName(const ModelWeights& weights);
 
 // The dtype a matrix of `role` with `cols` columns is stored in for --weight-dtype `requested`
 // (checkpoint precision `base`, bf16 or f32): `requested` for bf16 / f32; for the packed formats
@@ -105,9 +112,11 @@ double BytesPerWeight(DType dtype, int64_t cols);
 // Loads and transforms every tensor `config` implies from `checkpoint`, keeping the part rank
 // shard.spec.rank holds (shard.h; the whole model for a single rank, at shard.local's sizes; an
 // expert another rank holds under --ep is left empty). matrix_dtype: bf16, f32 or a packed
-// format (MatrixDType); nullopt picks int8 when the checkpoint's matrices are in GGML's block
-// formats (a GGUF file; embedding and routers then f32), f32 when it stores them in f32 or f16,
-// else bf16. lm_head_dtype: as MatrixDType's lm_head. Errors name the missing, misshapen or
+// format (MatrixDType); nullopt keeps a GGUF file's matrices as stored (stored_formats: the
+// tensors the kernels read -- GGML blocks, bf16, f32 -- are views of the file's mapping wherever a
+// rank holds whole rows of them, copied as stored where it holds a part of each row or rows in
+// another order), and otherwise picks f32 when the checkpoint stores matrices in f32 or f16, else
+// bf16. lm_head_dtype: as MatrixDType's lm_head. Errors name the missing, misshapen or
 // unusable tensor, and a --tp split that would cut a block of a block format.
 //
 // It streams: every matrix is allocated once at its stored size and filled row block by row block

@@ -200,7 +200,9 @@ TEST_F(ParallelE2eTest, PrefixCacheHitsUnderMpirunGiveOneRanksTokens) {
   ASSERT_EQ(b["requests"].size(), 4u);
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(b["requests"][i]["token_ids"], a["requests"][i]["token_ids"]) << "request " << i;
-    if (i > 0) EXPECT_GT(b["requests"][i]["num_cached_tokens"].get<int64_t>(), 0) << b.dump();
+    if (i > 0) {
+      EXPECT_GT(b["requests"][i]["num_cached_tokens"].get<int64_t>(), 0) << b.dump();
+    }
   }
 }
 
