@@ -220,8 +220,8 @@ TEST(OwnedTensorTest, BorrowedKeepsItsOwnerAlive) {
   auto owner = std::make_shared<std::vector<float>>(std::vector<float>{1, 2, 3, 4, 5, 6});
   std::weak_ptr<std::vector<float>> watch = owner;
   const size_t stored = TensorStorageBytes();
-  OwnedTensor t =
-      OwnedTensor::Borrowed(Tensor(owner->data(), DType::kF32, {2, 3}), std::move(owner));
+  const Tensor view(owner->data(), DType::kF32, {2, 3});
+  OwnedTensor t = OwnedTensor::Borrowed(view, std::move(owner));
   EXPECT_TRUE(t.borrowed());
   EXPECT_EQ(TensorStorageBytes(), stored);  // no storage of its own
   OwnedTensor moved = std::move(t);
