@@ -31,6 +31,11 @@ const char kQwen3MoeFlags[] =
 const char kQwen3NextFlags[] =
     "--arch qwen3_next --preset tiny --hidden-size 256 --num-layers 4 --moe-intermediate-size 256 "
     "--shared-expert-intermediate-size 256 --vocab-size 512 --seed 6";
+// Qwen3.5-MoE: 2 linear key heads, 4 value heads (so the converter reorders the value heads),
+// an MTP layer (the hybrid presets' default).
+const char kQwen35Flags[] =
+    "--arch qwen3_5_moe --preset tiny --hidden-size 256 --num-layers 4 --moe-intermediate-size 256 "
+    "--shared-expert-intermediate-size 256 --vocab-size 512 --seed 8";
 const char kLlamaFlags[] =
     "--arch llama --preset tiny --hidden-size 256 --num-layers 2 --intermediate-size 512 "
     "--vocab-size 512 --seed 5";
@@ -90,8 +95,10 @@ std::vector<std::string> AllBytes(const ModelWeights& w) {
   return out;
 }
 
-// The last token's logits of a fixed prompt.
-std::vector<float> PromptLogits(const std::string& path, LoadOptions options = {}) {
+// The last token's logits of a fixed prompt, then (with `decode`) those of `decode` more tokens
+// fed one at a time (decode steps), appended.
+std::vector<float> PromptLogits(const std::string& path, LoadOptions options = {},
+                                int decode = 0) {
   Result<std::unique_ptr<CausalLm>> lm = CausalLm::Load(path, options);
   EXPECT_TRUE(lm.ok()) << lm.status().ToString();
   if (!lm.ok()) return {};
@@ -100,10 +107,16 @@ std::vector<float> PromptLogits(const std::string& path, LoadOptions options = {
   std::iota(table.begin(), table.end(), 0);
   cache.ResetSlot(0);
   const std::vector<int32_t> prompt = {1, 17, 300, 42, 7, 511, 256, 3};
-  std::vector<float> logits;
+  std::vector<float> logits, out;
   (*lm)->Forward({prompt.data(), static_cast<int64_t>(prompt.size()), 0, table.data(), 0}, cache,
-                 false, nullptr, &logits);
-  return logits;
+                 false, nullptr, &out);
+  for (int i = 0; i < decode; ++i) {
+    const int32_t token = 100 + 37 * i;
+    const int64_t pos = static_cast<int64_t>(prompt.size()) + i;
+    (*lm)->Forward({&token, 1, pos, table.data(), 0}, cache, false, nullptr, &logits);
+    out.insert(out.end(), logits.begin(), logits.end());
+  }
+  return out;
 }
 
 struct MadeArch {
@@ -185,6 +198,123 @@ INSTANTIATE_TEST_SUITE_P(Architectures, SameBitsTest,
                                            MadeArch{"gguf_qwen3", kQwen3Flags},
                                            MadeArch{"gguf_qwen3next", kQwen3NextFlags},
                                            MadeArch{"gguf_llama", kLlamaFlags}));
+
+// Qwen3.5's Gated DeltaNet value heads as llama.cpp's converter stores them
+// (_LinearAttentionVReorderBase): Hugging Face's heads grouped by key head, [g0 v0 .. v(r-1), g1
+// v0 ...], viewed as [nk, r, d] and swapped to [r, nk, d]. Entry i of the result is the source
+// entry stored at i: `offset` entries in place, then nv heads of `unit` entries.
+std::vector<int64_t> ConverterValueOrder(const io::ModelConfig& c, int64_t unit, int64_t offset) {
+  const int64_t nk = c.linear_num_key_heads, r = c.linear_num_value_heads / nk;
+  std::vector<int64_t> order(static_cast<size_t>(offset));
+  std::iota(order.begin(), order.end(), 0);
+  for (int64_t j = 0; j < r; ++j) {
+    for (int64_t g = 0; g < nk; ++g) {
+      for (int64_t i = 0; i < unit; ++i) order.push_back(offset + (g * r + j) * unit + i);
+    }
+  }
+  return order;
+}
+
+// A [rows, cols] matrix (unpacked dtype) with its rows, or its columns, gathered by `order`, in
+// place.
+void Reorder(const Tensor& t, const std::vector<int64_t>& order, bool columns) {
+  const int64_t rows = t.dim(0), cols = t.dim(1);
+  const size_t size = DTypeSize(t.dtype());
+  auto* data = static_cast<char*>(t.data());
+  const std::string was(data, static_cast<size_t>(rows * cols) * size);
+  ASSERT_EQ(static_cast<int64_t>(order.size()), columns ? cols : rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t from = columns ? r * cols + order[c] : order[r] * cols + c;
+      std::memcpy(data + (r * cols + c) * size, was.data() + from * size, size);
+    }
+  }
+}
+
+std::vector<float> Gathered(const std::vector<float>& v, const std::vector<int64_t>& order,
+                            int64_t width = 1) {
+  std::vector<float> out;
+  for (int64_t i : order) out.insert(out.end(), v.begin() + i * width, v.begin() + (i + 1) * width);
+  return out;
+}
+
+// The weights a folder loads to, with every GDN layer's v-indexed parts in the converter's order:
+// what the folder's qwen35moe GGUF file must load to.
+void ToConverterOrder(const io::ModelConfig& c, ModelWeights& w) {
+  const int64_t nv = c.linear_num_value_heads, dv = c.linear_value_head_dim;
+  const int64_t key_dim = c.linear_key_dim(), conv_dim = c.linear_conv_dim();
+  std::vector<int64_t> qkvz = ConverterValueOrder(c, dv, 2 * key_dim);  // [q | k | v] ...
+  for (int64_t i : ConverterValueOrder(c, dv, 0)) qkvz.push_back(conv_dim + i);  // ... | z
+  std::vector<int64_t> ba = ConverterValueOrder(c, 1, 0);
+  for (int64_t i : ConverterValueOrder(c, 1, 0)) ba.push_back(nv + i);
+  const std::vector<int64_t> channels = ConverterValueOrder(c, dv, 2 * key_dim);
+  for (size_t i = 0; i < c.layer_types.size(); ++i) {
+    if (c.layer_types[i] != io::LayerType::kLinearAttention) continue;
+    GdnWeights& g = w.layers[i].gdn;
+    Reorder(g.in_proj_qkvz.view(), qkvz, false);
+    Reorder(g.in_proj_ba.view(), ba, false);
+    Reorder(g.out_proj.view(), ConverterValueOrder(c, dv, 0), true);
+    g.dt_bias = Gathered(g.dt_bias, ConverterValueOrder(c, 1, 0));
+    g.neg_exp_a = Gathered(g.neg_exp_a, ConverterValueOrder(c, 1, 0));
+    std::vector<float> conv = g.conv;  // [Kc][conv_dim]: gather each tap's channels
+    for (int64_t j = 0; j < c.linear_conv_kernel_dim; ++j) {
+      for (int64_t ch = 0; ch < conv_dim; ++ch) {
+        g.conv[j * conv_dim + ch] = conv[j * conv_dim + channels[ch]];
+      }
+    }
+  }
+}
+
+// A Qwen3.5-MoE folder (2 linear key heads, 4 value heads, an MTP layer) and its qwen35moe GGUF
+// files: every weight loads to the same bits, the GDN layers' value heads in the converter's
+// (tiled) order; the model runs the tiled file by mapping value head p to key head p % nk. The
+// logits agree closely, not bit for bit: out_proj sums its value columns in the tiled order.
+TEST(GgufQwen35Test, TiledValueHeadsLoadAsTheConverterStoresThemAndRunTheFolder) {
+  const std::string& dir = testing::MadeModel("gguf_qwen35", kQwen35Flags);
+  Result<io::ModelConfig> config = LoadModelConfigAt(dir);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ASSERT_NE(config->linear_num_key_heads, config->linear_num_value_heads);
+  ASSERT_EQ(config->num_mtp_layers, 1);
+  for (DType file_dtype : {DType::kBF16, DType::kF32}) {
+    const std::string& gguf = GgufOf(dir, file_dtype);
+    Result<io::ModelConfig> read = LoadModelConfigAt(gguf);
+    ASSERT_TRUE(read.ok()) << read.status().ToString();
+    EXPECT_TRUE(read->gguf.gdn_v_heads_tiled && read->gguf.experts_split);
+    EXPECT_EQ(read->layer_types, config->layer_types);
+    EXPECT_EQ(read->num_mtp_layers, 1);
+    EXPECT_EQ(read->rotary_dim, config->rotary_dim);
+    for (std::optional<DType> load : {std::optional<DType>(), std::optional(DType::kF32)}) {
+      if (file_dtype == DType::kF32 && load != DType::kF32) continue;
+      Result<ModelWeights> a = Load(dir, load), b = Load(gguf, load);
+      ASSERT_TRUE(a.ok()) << a.status().ToString();
+      ASSERT_TRUE(b.ok()) << b.status().ToString();
+      ToConverterOrder(*config, *a);
+      const std::vector<std::string> want = AllBytes(*a), got = AllBytes(*b);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_TRUE(got[i] == want[i]) << DTypeName(file_dtype) << " load "
+                                       << (load ? DTypeName(*load) : "default") << " #" << i;
+      }
+    }
+    // A prefill, then decode steps (the fused GDN step, and without it): close to the folder's.
+    const LoadOptions f32{.weight_dtype = DType::kF32};
+    const std::vector<float> want = PromptLogits(dir, f32, 3), got = PromptLogits(gguf, f32, 3);
+    ASSERT_EQ(got.size(), want.size());
+    const int64_t V = config->vocab_size;
+    for (size_t row = 0; row * V < got.size(); ++row) {
+      const float* g = got.data() + row * V;
+      const float* w = want.data() + row * V;
+      EXPECT_LT(testing::RowRelError(g, w, V), 1e-5) << DTypeName(file_dtype) << " row " << row;
+      EXPECT_EQ(std::max_element(g, g + V) - g, std::max_element(w, w + V) - w);
+    }
+    LoadOptions unfused = f32;
+    unfused.forward.fused_gdn_step = false;
+    const std::vector<float> stepwise = PromptLogits(gguf, unfused, 3);
+    ASSERT_EQ(stepwise.size(), got.size());
+    EXPECT_EQ(std::memcmp(stepwise.data(), got.data(), got.size() * sizeof(float)), 0)
+        << "the fused decode step reads the tiled heads as the unfused passes do";
+  }
+}
 
 constexpr DType kBlockDTypes[] = {DType::kGgmlQ8_0, DType::kGgmlQ4_0, DType::kGgmlQ4_1,
                                   DType::kGgmlQ5_0, DType::kGgmlQ5_1, DType::kGgmlQ4_K,
