@@ -316,6 +316,121 @@ TEST(GgufQwen35Test, TiledValueHeadsLoadAsTheConverterStoresThemAndRunTheFolder)
   }
 }
 
+// llama.cpp also reads a merged ffn_gate_up_exps ([E, 2I, H]: each expert's gate rows, then its
+// up rows), Hugging Face's fused layout as it stands: the same file with each layer's
+// ffn_gate_exps and ffn_up_exps merged loads to the same weights and logits.
+TEST(GgufQwen35Test, MergedGateUpExpertsLoadAsTheSplitOnes) {
+  const std::string& dir = testing::MadeModel("gguf_qwen35", kQwen35Flags);
+  const std::string& split = GgufOf(dir, DType::kF32);
+  Result<std::unique_ptr<io::GgufFile>> file = io::GgufFile::Open(split);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  io::GgufWriter w;
+  for (const auto& [key, value] : (*file)->metadata()) w.Set(key, value);
+  int merged = 0;
+  for (const io::GgufTensor& t : (*file)->tensors()) {
+    const auto as_string = [](std::span<const std::byte> b) {
+      return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+    };
+    if (t.name.ends_with("ffn_up_exps.weight")) continue;
+    if (!t.name.ends_with("ffn_gate_exps.weight")) {
+      w.AddTensor(t.name, t.ne, t.type, as_string(t.bytes));
+      continue;
+    }
+    const std::string blk = t.name.substr(0, t.name.size() - std::strlen("ffn_gate_exps.weight"));
+    const io::GgufTensor* up = (*file)->Find(blk + "ffn_up_exps.weight");
+    ASSERT_NE(up, nullptr);
+    const int64_t E = t.ne[2];
+    const size_t per_expert = t.bytes.size() / static_cast<size_t>(E);
+    std::string bytes;
+    for (int64_t e = 0; e < E; ++e) {
+      bytes += as_string(t.bytes.subspan(e * per_expert, per_expert));
+      bytes += as_string(up->bytes.subspan(e * per_expert, per_expert));
+    }
+    w.AddTensor(blk + "ffn_gate_up_exps.weight", {t.ne[0], 2 * t.ne[1], E}, t.type,
+                std::move(bytes));
+    ++merged;
+  }
+  EXPECT_EQ(merged, 5);  // 4 layers and the MTP layer
+  const std::string path = dir + "/merged.gguf";
+  ASSERT_TRUE(w.Write(path).ok());
+  Result<io::ModelConfig> c = LoadModelConfigAt(path);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->gguf.experts_split);
+  Result<ModelWeights> a = Load(split, DType::kF32), b = Load(path, DType::kF32);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_TRUE(AllBytes(*a) == AllBytes(*b));
+  const std::vector<float> want = PromptLogits(split), got = PromptLogits(path);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+}
+
+// qwen35moe files that lie about the model are refused naming the tensor or key: the split GDN
+// projections, the split experts, the MTP layer, the layer-type list.
+TEST(GgufQwen35Test, RefusesMissingAndMisshapenTensorsNamingThem) {
+  const std::string& dir = testing::MadeModel("gguf_qwen35", kQwen35Flags);
+  const std::string path = dir + "/malformed.gguf";
+  auto error = [&](const std::function<void(io::GgufWriter&)>& edit) {
+    io::GgufWriter w = WriterOf(dir, DType::kGgmlQ8_0);
+    edit(w);
+    EXPECT_TRUE(w.Write(path).ok());
+    Result<ModelFiles> files = OpenModelFiles(path);
+    EXPECT_FALSE(files.ok());
+    return files.ok() ? std::string() : files.status().message();
+  };
+  auto f32 = [](int64_t n) { return std::string(static_cast<size_t>(n) * 4, '\0'); };
+  using ::testing::HasSubstr;
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.RemoveTensor("blk.0.ssm_alpha.weight"); }),
+              HasSubstr("no tensor blk.0.ssm_alpha.weight (for "
+                        "model.layers.0.linear_attn.in_proj_a.weight, shape [4, 256])"));
+  EXPECT_THAT(error([&](io::GgufWriter& w) {
+                w.RemoveTensor("blk.1.ssm_beta.weight");
+                w.AddTensor("blk.1.ssm_beta.weight", {256, 2}, 0, f32(512));
+              }),
+              HasSubstr("tensor blk.1.ssm_beta.weight has shape [2, 256] (ne reversed), but the "
+                        "config implies [4, 256]"));
+  EXPECT_THAT(error([&](io::GgufWriter& w) {
+                w.RemoveTensor("blk.2.ssm_out.weight");
+                w.AddTensor("blk.2.ssm_out.weight", {128, 256}, 0, f32(128 * 256));
+              }),
+              HasSubstr("tensor blk.2.ssm_out.weight has shape [256, 128] (ne reversed), but the "
+                        "config implies [256, 256]"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.RemoveTensor("blk.1.ffn_up_exps.weight"); }),
+              HasSubstr("no tensor blk.1.ffn_up_exps.weight (for "
+                        "model.layers.1.mlp.experts.0.up_proj.weight"));
+  EXPECT_THAT(error([&](io::GgufWriter& w) {  // merged experts, but the wrong width
+                w.AddTensor("blk.0.ffn_gate_up_exps.weight", {256, 128, 8}, 0, f32(256 * 128 * 8));
+              }),
+              HasSubstr("tensor blk.0.ffn_gate_up_exps.weight has shape [8, 128, 256] (ne "
+                        "reversed), but the config implies [8, 512, 256]"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.RemoveTensor("blk.4.nextn.eh_proj.weight"); }),
+              HasSubstr("no tensor blk.4.nextn.eh_proj.weight (for mtp.fc.weight"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.RemoveTensor("blk.4.attn_q.weight"); }),
+              HasSubstr("no tensor blk.4.attn_q.weight (for mtp.layers.0.self_attn.q_proj"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.SetU32("qwen35moe.ssm.time_step_rank", 1); }),
+              HasSubstr("linear_num_value_heads (1) must be a multiple of linear_num_key_heads (2)"));
+  const std::string recurrent = "qwen35moe.attention.recurrent_layers";
+  EXPECT_THAT(error([&](io::GgufWriter& w) {
+                w.SetArray(recurrent, io::GgufType::kBool, nlohmann::json::array({true, false}));
+              }),
+              HasSubstr("key qwen35moe.attention.recurrent_layers is not a list of 5 flags"));
+  EXPECT_THAT(error([&](io::GgufWriter& w) {
+                w.SetArray(recurrent, io::GgufType::kBool,
+                           nlohmann::json::array({true, true, true, false, true}));
+              }),
+              HasSubstr("entry 4 is true, not false (an MTP block has full attention)"));
+  EXPECT_THAT(error([&](io::GgufWriter& w) {
+                w.SetArray(recurrent, io::GgufType::kInt32, nlohmann::json::array({1, 1, 1, 0, 0}));
+              }),
+              HasSubstr("entry 0 is 1, not a boolean"));
+  // The list wins over the interval: a full-attention layer 0 asks for attention tensors there.
+  EXPECT_THAT(error([&](io::GgufWriter& w) {
+                w.SetArray(recurrent, io::GgufType::kBool,
+                           nlohmann::json::array({false, true, true, false, false}));
+              }),
+              HasSubstr("no tensor blk.0.attn_q.weight"));
+}
+
 constexpr DType kBlockDTypes[] = {DType::kGgmlQ8_0, DType::kGgmlQ4_0, DType::kGgmlQ4_1,
                                   DType::kGgmlQ5_0, DType::kGgmlQ5_1, DType::kGgmlQ4_K,
                                   DType::kGgmlQ5_K, DType::kGgmlQ6_K};
