@@ -365,6 +365,17 @@ TEST(GgufQwen35Test, MergedGateUpExpertsLoadAsTheSplitOnes) {
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
 }
 
+// A model read from a GGUF file is not exported again: its rewrites (tiled heads, -exp(A), norms
+// with their 1) would be applied twice.
+TEST(GgufQwen35Test, ExportRefusesAModelReadFromAGgufFile) {
+  const std::string& dir = testing::MadeModel("gguf_qwen35", kQwen35Flags);
+  Result<ModelFiles> files = OpenModelFiles(GgufOf(dir, DType::kF32));
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  io::GgufWriter writer;
+  const Status added = AddGgufModel(files->config, files->checkpoint, DType::kF32, writer);
+  EXPECT_THAT(added.message(), ::testing::HasSubstr("this model was read from a GGUF file"));
+}
+
 // qwen35moe files that lie about the model are refused naming the tensor or key: the split GDN
 // projections, the split experts, the MTP layer, the layer-type list.
 TEST(GgufQwen35Test, RefusesMissingAndMisshapenTensorsNamingThem) {

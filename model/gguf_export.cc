@@ -150,6 +150,12 @@ Status AddGgufModel(const io::ModelConfig& config, const io::SafetensorsCheckpoi
     return Unimplemented("GGUF export covers qwen3moe, qwen3, qwen3next, qwen35moe and llama, not {}",
                          config.architecture_name);
   }
+  const io::ModelConfig::GgufLayout& read = config.gguf;
+  if (read.block_quantized || read.gdn_qkv_z_split || read.gdn_a_negated || read.norms_with_one ||
+      read.rope_rows_interleaved || read.gdn_v_heads_tiled || read.experts_split) {
+    return InvalidArgument("GGUF export writes a Hugging Face checkpoint; this model was read from "
+                           "a GGUF file, whose rewrites would be applied twice");
+  }
   AddKeys(config, arch, writer);
   ASSIGN_OR_RETURN(const std::vector<ResolvedTensor> tensors, ResolveCheckpoint(config, checkpoint));
   // The names of the file's own layout (the converter's rewrites, as OpenGgufCheckpoint reads).
