@@ -31,11 +31,13 @@ const char kQwen3MoeFlags[] =
 const char kQwen3NextFlags[] =
     "--arch qwen3_next --preset tiny --hidden-size 256 --num-layers 4 --moe-intermediate-size 256 "
     "--shared-expert-intermediate-size 256 --vocab-size 512 --seed 6";
-// Qwen3.5-MoE: 2 linear key heads, 4 value heads (so the converter reorders the value heads),
-// an MTP layer (the hybrid presets' default).
+// Qwen3.5-MoE: 4 linear key heads, 8 value heads of 128 (so the converter reorders the value
+// heads, by a permutation that is not its own inverse), an MTP layer (the hybrid presets'
+// default).
 const char kQwen35Flags[] =
-    "--arch qwen3_5_moe --preset tiny --hidden-size 256 --num-layers 4 --moe-intermediate-size 256 "
-    "--shared-expert-intermediate-size 256 --vocab-size 512 --seed 8";
+    "--arch qwen3_5_moe --preset small --hidden-size 256 --num-layers 4 --num-experts 8 "
+    "--experts-per-token 2 --moe-intermediate-size 256 --shared-expert-intermediate-size 256 "
+    "--vocab-size 512 --seed 8";
 const char kLlamaFlags[] =
     "--arch llama --preset tiny --hidden-size 256 --num-layers 2 --intermediate-size 512 "
     "--vocab-size 512 --seed 5";
@@ -265,7 +267,7 @@ void ToConverterOrder(const io::ModelConfig& c, ModelWeights& w) {
   }
 }
 
-// A Qwen3.5-MoE folder (2 linear key heads, 4 value heads, an MTP layer) and its qwen35moe GGUF
+// A Qwen3.5-MoE folder (4 linear key heads, 8 value heads, an MTP layer) and its qwen35moe GGUF
 // files: every weight loads to the same bits, the GDN layers' value heads in the converter's
 // (tiled) order; the model runs the tiled file by mapping value head p to key head p % nk. The
 // logits agree closely, not bit for bit: out_proj sums its value columns in the tiled order.
@@ -393,19 +395,19 @@ TEST(GgufQwen35Test, RefusesMissingAndMisshapenTensorsNamingThem) {
   using ::testing::HasSubstr;
   EXPECT_THAT(error([](io::GgufWriter& w) { w.RemoveTensor("blk.0.ssm_alpha.weight"); }),
               HasSubstr("no tensor blk.0.ssm_alpha.weight (for "
-                        "model.layers.0.linear_attn.in_proj_a.weight, shape [4, 256])"));
+                        "model.layers.0.linear_attn.in_proj_a.weight, shape [8, 256])"));
   EXPECT_THAT(error([&](io::GgufWriter& w) {
                 w.RemoveTensor("blk.1.ssm_beta.weight");
                 w.AddTensor("blk.1.ssm_beta.weight", {256, 2}, 0, f32(512));
               }),
               HasSubstr("tensor blk.1.ssm_beta.weight has shape [2, 256] (ne reversed), but the "
-                        "config implies [4, 256]"));
+                        "config implies [8, 256]"));
   EXPECT_THAT(error([&](io::GgufWriter& w) {
                 w.RemoveTensor("blk.2.ssm_out.weight");
                 w.AddTensor("blk.2.ssm_out.weight", {128, 256}, 0, f32(128 * 256));
               }),
               HasSubstr("tensor blk.2.ssm_out.weight has shape [256, 128] (ne reversed), but the "
-                        "config implies [256, 256]"));
+                        "config implies [256, 1024]"));
   EXPECT_THAT(error([](io::GgufWriter& w) { w.RemoveTensor("blk.1.ffn_up_exps.weight"); }),
               HasSubstr("no tensor blk.1.ffn_up_exps.weight (for "
                         "model.layers.1.mlp.experts.0.up_proj.weight"));
@@ -419,7 +421,7 @@ TEST(GgufQwen35Test, RefusesMissingAndMisshapenTensorsNamingThem) {
   EXPECT_THAT(error([](io::GgufWriter& w) { w.RemoveTensor("blk.4.attn_q.weight"); }),
               HasSubstr("no tensor blk.4.attn_q.weight (for mtp.layers.0.self_attn.q_proj"));
   EXPECT_THAT(error([](io::GgufWriter& w) { w.SetU32("qwen35moe.ssm.time_step_rank", 1); }),
-              HasSubstr("linear_num_value_heads (1) must be a multiple of linear_num_key_heads (2)"));
+              HasSubstr("linear_num_value_heads (1) must be a multiple of linear_num_key_heads (4)"));
   const std::string recurrent = "qwen35moe.attention.recurrent_layers";
   EXPECT_THAT(error([&](io::GgufWriter& w) {
                 w.SetArray(recurrent, io::GgufType::kBool, nlohmann::json::array({true, false}));
