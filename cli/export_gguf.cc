@@ -71,8 +71,8 @@ int RunExportGguf(const std::vector<std::string>& args) {
   FlagSet flags(
       "moeserve export-gguf",
       "Writes a Hugging Face model folder as one GGUF file as llama.cpp's converter\n"
-      "(convert_hf_to_gguf.py) lays it out: qwen3moe, qwen3, qwen3next (with its MTP layers)\n"
-      "or llama; matrices in --type (block formats quantized by a simple reference\n"
+      "(convert_hf_to_gguf.py) lays it out: qwen3moe, qwen3, qwen3next and qwen35moe (with\n"
+      "their MTP layers) or llama; matrices in --type (block formats quantized by a simple reference\n"
       "quantizer, not llama.cpp's search), norms and routers f32, the tokenizer and chat\n"
       "template as metadata. The file is built in memory: for test-size models and cuts.");
   flags.String("model", &o.model, "the Hugging Face model folder");

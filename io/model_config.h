@@ -92,6 +92,14 @@ struct ModelConfig {
     // q and k rows of each head with their two rotary halves interleaved (llama: ggml's rope
     // pairs neighbours); head row 2j + t holds Hugging Face's row t * head_dim / 2 + j.
     bool rope_rows_interleaved = false;
+    // Gated DeltaNet value heads in llama.cpp's tiled order (qwen35moe): value head p reads key
+    // head p % nk, not p / (nv / nk) as in Hugging Face's grouped order. Every v-indexed tensor
+    // (v rows of in_proj_qkv and their conv channels, z, b, a, A_log, dt_bias, out_proj's
+    // columns) is stored in that order, so the layer runs the file as stored.
+    bool gdn_v_heads_tiled = false;
+    // Qwen3.5's fused experts.gate_up_proj / down_proj stored per projection (ffn_gate_exps,
+    // ffn_up_exps, ffn_down_exps): walked as per-expert gate, up and down tensors.
+    bool experts_split = false;
   } gguf;
 
   // Derived sizes of the GDN layers (docs/spec/model.md §1.4).

@@ -122,8 +122,9 @@ class Walker {
   void Moe(const std::string& p) {
     const int64_t H = c_.hidden_size, E = c_.num_experts, I = c_.moe_intermediate_size;
     Emit(p + "gate.weight", {E, H}, TensorKind::kLinear, TensorRole::kRouter);
-    if (c_.architecture == Architecture::kQwen3_5Moe) {
-      // Fused: gate_up_proj rows [0, I) = gate, [I, 2I) = up (docs/spec/model.md §2.3).
+    if (c_.architecture == Architecture::kQwen3_5Moe && !c_.gguf.experts_split) {
+      // Fused: gate_up_proj rows [0, I) = gate, [I, 2I) = up (docs/spec/model.md §2.3). A GGUF
+      // file's ffn_{gate,up,down}_exps are walked per expert below (gguf.experts_split).
       Emit(p + "experts.gate_up_proj", {E, 2 * I, H}, TensorKind::kLinear,
            TensorRole::kExpertsGateUp, TensorUse::kRoutedExperts, E);
       Emit(p + "experts.down_proj", {E, H, I}, TensorKind::kLinear, TensorRole::kExpertsDown,

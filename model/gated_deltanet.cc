@@ -33,6 +33,12 @@ void GatedDeltaNet(const LayerContext& ctx, const GdnWeights& w, const TokenBatc
   const int64_t key_dim = nk * dk, value_dim = nv * dv, conv_dim = 2 * key_dim + value_dim;
   const int64_t cols = conv_dim + value_dim;  // a projected row: [q | k | v | z]
   const float eps = static_cast<float>(c.rms_norm_eps);
+  // Value head h reads key head h / r (Hugging Face's grouped order) or h % nk (a qwen35moe
+  // GGUF file's tiled order, ModelConfig::gguf.gdn_v_heads_tiled); value head j of key head g
+  // is value_head(g, j).
+  const bool tiled = c.gguf.gdn_v_heads_tiled;
+  const auto key_head = [&](int64_t h) { return tiled ? h % nk : h / r; };
+  const auto value_head = [&](int64_t g, int64_t j) { return tiled ? j * nk + g : g * r + j; };
 
   // Projections: [T, q | k | v | z] and [T, b | a].
   float* proj = Grow(s.proj, T * cols);
@@ -91,7 +97,8 @@ void GatedDeltaNet(const LayerContext& ctx, const GdnWeights& w, const TokenBatc
 
   // The fused decode step of key head g of sequence seq (one token at t): its q, k channels and
   // its r value heads' v channels through the conv, q and k l2-normed, then per value head the
-  // gates, the delta-rule step on its state and the gated RMSNorm with SiLU(z).
+  // gates, the delta-rule step on its state and the gated RMSNorm with SiLU(z). (The conv of a
+  // channel range gives those channels the whole step's bits, however the ranges fall.)
   float* core = Grow(s.core, T * value_dim);
   const auto fused_step = [&](int64_t seq, int64_t g) {
     const int64_t t = batch.seq_begin(seq);
@@ -103,13 +110,22 @@ void GatedDeltaNet(const LayerContext& ctx, const GdnWeights& w, const TokenBatc
       kernels::CausalConv1dSiluStepRange(row, conv_state, w.conv.data(), conv_dim, Kc, begin,
                                          begin + dk, row);
     }
-    kernels::CausalConv1dSiluStepRange(row, conv_state, w.conv.data(), conv_dim, Kc,
-                                       2 * key_dim + g * r * dv, 2 * key_dim + (g + 1) * r * dv,
-                                       row);
+    if (tiled) {  // the r value heads apart: one conv call each
+      for (int64_t j = 0; j < r; ++j) {
+        const int64_t v0 = 2 * key_dim + value_head(g, j) * dv;
+        kernels::CausalConv1dSiluStepRange(row, conv_state, w.conv.data(), conv_dim, Kc, v0,
+                                           v0 + dv, row);
+      }
+    } else {  // the r value heads side by side
+      kernels::CausalConv1dSiluStepRange(row, conv_state, w.conv.data(), conv_dim, Kc,
+                                         2 * key_dim + g * r * dv,
+                                         2 * key_dim + (g + 1) * r * dv, row);
+    }
     kernels::L2Normalize(row + g * dk, kL2NormEps, q_scale, dk);
     kernels::L2Normalize(row + key_dim + g * dk, kL2NormEps, 1.0f, dk);
     float* gate_row = gates + t * 2 * nv;
-    for (int64_t h = g * r; h < (g + 1) * r; ++h) {
+    for (int64_t j = 0; j < r; ++j) {
+      const int64_t h = value_head(g, j);
       prepare_gates(gate_row, h);
       float* o = core + t * value_dim + h * dv;
       kernels::GatedDeltaRuleStep(cache.recurrent_state(ctx.layer, slot) + h * dk * dv,
@@ -119,21 +135,22 @@ void GatedDeltaNet(const LayerContext& ctx, const GdnWeights& w, const TokenBatc
     }
   };
 
-  // The delta rule per (sequence, value head) (value head h reads key head h / r): one
+  // The delta rule per (sequence, value head) (value head h reads key head key_head(h)): one
   // recurrent step for a single token, else the chunked form over chunks aligned to absolute
   // multiples of 64, so the arithmetic does not depend on how a prompt is split across steps.
   scope.emplace("gdn_delta_rule");
   ctx.pool.ParallelFor(batch.num_seqs * nv, [&](size_t task, size_t) {
     const int64_t seq = static_cast<int64_t>(task) / nv, h = static_cast<int64_t>(task) % nv;
     if (fused(seq)) {
-      if (h % r == 0) fused_step(seq, h / r);  // one task per key head; the others idle
+      // One task per key head (its first value head's); the others idle.
+      if (h == value_head(key_head(h), 0)) fused_step(seq, key_head(h));
       return;
     }
     const int64_t begin = batch.seq_begin(seq), len_seq = batch.seq_len(seq);
     const int64_t first_pos = batch.positions[begin];
     float* Sh = cache.recurrent_state(ctx.layer, batch.state_slots[seq]) + h * dk * dv;
-    const float* q = proj + begin * cols + (h / r) * dk;
-    const float* k = proj + begin * cols + key_dim + (h / r) * dk;
+    const float* q = proj + begin * cols + key_head(h) * dk;
+    const float* k = proj + begin * cols + key_dim + key_head(h) * dk;
     const float* v = proj + begin * cols + 2 * key_dim + h * dv;
     const float* gate_rows = gates + begin * 2 * nv;
     float* o = core + begin * value_dim + h * dv;

@@ -28,6 +28,7 @@ constexpr ArchInfo kArchitectures[] = {
     {"qwen3moe", Architecture::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe"},
     {"qwen3", Architecture::kQwen3, "Qwen3ForCausalLM", "qwen3"},
     {"qwen3next", Architecture::kQwen3Next, "Qwen3NextForCausalLM", "qwen3_next"},
+    {"qwen35moe", Architecture::kQwen3_5Moe, "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text"},
     {"llama", Architecture::kLlama, "LlamaForCausalLM", "llama"},
 };
 
@@ -99,8 +100,8 @@ std::vector<int64_t> Squeezed(std::vector<int64_t> shape) {
   return shape;
 }
 
-// The Gated DeltaNet and MoE keys of a qwen3next file, into c.
-Status ReadHybridKeys(const Keys& k, io::ModelConfig& c) {
+// The Gated DeltaNet and MoE keys of a qwen3next or qwen35moe file, into c.
+Status ReadHybridKeys(const GgufFile& file, const Keys& k, io::ModelConfig& c) {
   ASSIGN_OR_RETURN(c.linear_conv_kernel_dim, k.Int("ssm.conv_kernel", 1, 64));
   ASSIGN_OR_RETURN(c.linear_key_head_dim, k.Int("ssm.state_size", 1, 4096));
   ASSIGN_OR_RETURN(c.linear_num_key_heads, k.Int("ssm.group_count", 1, 4096));
@@ -114,13 +115,46 @@ Status ReadHybridKeys(const Keys& k, io::ModelConfig& c) {
   ASSIGN_OR_RETURN(c.full_attention_interval,
                    k.Int("full_attention_interval", 1, c.num_hidden_layers, 4));
   c.layer_types = io::IntervalLayerTypes(c.num_hidden_layers, c.full_attention_interval);
+  // The converter writes the layer types as a list when config.json has one (one flag per
+  // block, the MTP blocks' false); it wins over the interval, as in llama.cpp.
+  const std::string recurrent_key = k.Key("attention.recurrent_layers");
+  if (const GgufValue* v = file.FindValue(recurrent_key); v != nullptr) {
+    const size_t blocks = static_cast<size_t>(c.num_hidden_layers + c.num_mtp_layers);
+    if (!v->value.is_array() || v->value.size() != blocks) {
+      return InvalidArgument("key {} is not a list of {} flags (one per block)", recurrent_key,
+                             blocks);
+    }
+    for (size_t i = 0; i < blocks; ++i) {
+      const nlohmann::json& flag = v->value[i];
+      if (!flag.is_boolean() || (i >= static_cast<size_t>(c.num_hidden_layers) && flag)) {
+        return InvalidArgument("key {}: entry {} is {}, not {}", recurrent_key, i,
+                               flag.dump().substr(0, 80),
+                               i < static_cast<size_t>(c.num_hidden_layers)
+                                   ? "a boolean"
+                                   : "false (an MTP block has full attention)");
+      }
+      if (i < static_cast<size_t>(c.num_hidden_layers)) {
+        c.layer_types[i] = flag ? io::LayerType::kLinearAttention : io::LayerType::kFullAttention;
+      }
+    }
+  }
   ASSIGN_OR_RETURN(c.shared_expert_intermediate_size,
                    k.Int("expert_shared_feed_forward_length", 0, kMaxDim, 0));
   c.attn_output_gate = true;
-  // What llama.cpp's converter rewrote (Qwen3NextModel.modify_tensors).
-  c.gguf.gdn_qkv_z_split = true;
+  // What llama.cpp's converter rewrote (Qwen3NextModel.modify_tensors, which Qwen3.5's
+  // converter inherits): A as -exp(A_log), the norms' 1 added.
   c.gguf.gdn_a_negated = true;
   c.gguf.norms_with_one = true;
+  if (c.architecture == Architecture::kQwen3Next) {
+    c.gguf.gdn_qkv_z_split = true;  // in_proj_qkvz as attn_qkv + attn_gate
+  } else {
+    // _LinearAttentionVReorderBase: value heads in tiled order (a no-op when nk == nv).
+    c.gguf.gdn_v_heads_tiled = true;
+    // Qwen2MoeModel.modify_tensors splits the fused experts.gate_up_proj into ffn_gate_exps and
+    // ffn_up_exps; a file with llama.cpp's merged ffn_gate_up_exps (gate rows, then up) is
+    // Hugging Face's fused layout as it stands.
+    c.gguf.experts_split = file.Find("blk.0.ffn_gate_up_exps.weight") == nullptr;
+  }
   return OkStatus();
 }
 
@@ -235,7 +269,7 @@ Result<io::ModelConfig> GgufModelConfig(const GgufFile& file) {
   }
   ASSIGN_OR_RETURN(c.rms_norm_eps, k.Float("attention.layer_norm_rms_epsilon", 1e-6));
   ASSIGN_OR_RETURN(c.intermediate_size, k.Int("feed_forward_length", 0, kMaxDim, 0));
-  if (c.architecture == Architecture::kQwen3Moe || c.architecture == Architecture::kQwen3Next) {
+  if (c.architecture == Architecture::kQwen3Moe || c.is_hybrid()) {
     ASSIGN_OR_RETURN(c.num_experts, k.Int("expert_count", 1, 4096));
     ASSIGN_OR_RETURN(c.num_experts_per_tok, k.Int("expert_used_count", 1, c.num_experts));
     ASSIGN_OR_RETURN(c.moe_intermediate_size, k.Int("expert_feed_forward_length", 1, kMaxDim));
@@ -250,8 +284,11 @@ Result<io::ModelConfig> GgufModelConfig(const GgufFile& file) {
                            "implemented", file.path());
     }
   }
-  if (c.architecture == Architecture::kQwen3Next) {
-    const Status hybrid = ReadHybridKeys(k, c);
+  if (c.is_hybrid()) {
+    // Qwen3.5's rope.dimension_sections (interleaved MRoPE) pick which of a token's (t, h, w)
+    // positions rotates each pair; a text token's three are equal, so the rotation is the
+    // plain one over rope.dimension_count dimensions and the key is not needed.
+    const Status hybrid = ReadHybridKeys(file, k, c);
     if (!hybrid.ok()) return hybrid.WithContext(file.path());
   }
   const GgufTensor* embedding = file.Find("token_embd.weight");
@@ -325,9 +362,10 @@ GgufName GgufNameOf(const io::ModelConfig& config, const CheckpointTensor& spec)
     case TensorRole::kMtpPreFcNormEmbedding: return {blk + "nextn.enorm.weight"};
     case TensorRole::kMtpPreFcNormHidden: return {blk + "nextn.hnorm.weight"};
     case TensorRole::kMtpNorm: return {blk + "nextn.shared_head_norm.weight"};
-    case TensorRole::kGdnInProjQkvz:  // the converter splits it (gguf.gdn_qkv_z_split)
-    case TensorRole::kExpertsGateUp:  // Qwen3.5's fused experts: qwen35moe is not read yet
-    case TensorRole::kExpertsDown: break;
+    // Without gguf.experts_split: llama.cpp's merged [E, 2I, H] and the [E, H, I] down.
+    case TensorRole::kExpertsGateUp: return {blk + "ffn_gate_up_exps.weight"};
+    case TensorRole::kExpertsDown: return {blk + "ffn_down_exps.weight"};
+    case TensorRole::kGdnInProjQkvz: break;  // the converter splits it (gguf.gdn_qkv_z_split)
   }
   return {fmt::format("({} has no GGUF name)", spec.name)};
 }

@@ -7,11 +7,12 @@
 //     each expert's tensor is a slice of;
 //   - names: blk.N.attn_q.weight for model.layers.N.self_attn.q_proj.weight, ... (GgufName);
 //   - squeezed dimensions of 1 (a conv weight's [conv_dim, 1, K] as [conv_dim, K]).
-// Architectures: qwen3moe, qwen3, llama (its q and k rows interleaved per head for ggml's rope)
-// and qwen3next (its MTP layers appended as blk.{L + i} with nextn.* tensors); what the
-// converter rewrote is named in ModelConfig::gguf for the walk and the loader. qwen35moe is
-// refused, naming the architecture, until its rewrites are undone. Tensor types: F32, F16, BF16
-// and GGML's block formats (core/dtype.h).
+// Architectures: qwen3moe, qwen3, llama (its q and k rows interleaved per head for ggml's rope),
+// qwen3next and qwen35moe (their MTP layers appended as blk.{L + i} with nextn.* tensors;
+// qwen35moe's Gated DeltaNet value heads in llama.cpp's tiled order, which the layer runs as
+// stored, and its fused experts split into ffn_{gate,up}_exps or merged as ffn_gate_up_exps);
+// what the converter rewrote is named in ModelConfig::gguf for the walk, the loader and the
+// layers. Tensor types: F32, F16, BF16 and GGML's block formats (core/dtype.h).
 #pragma once
 
 #include <memory>

@@ -31,6 +31,13 @@ const char kQwen3MoeFlags[] =
 const char kQwen3NextFlags[] =
     "--arch qwen3_next --preset tiny --hidden-size 256 --num-layers 4 --moe-intermediate-size 256 "
     "--shared-expert-intermediate-size 256 --vocab-size 512 --seed 6";
+// Qwen3.5-MoE: 4 linear key heads, 8 value heads of 128 (so the converter reorders the value
+// heads, by a permutation that is not its own inverse), an MTP layer (the hybrid presets'
+// default).
+const char kQwen35Flags[] =
+    "--arch qwen3_5_moe --preset small --hidden-size 256 --num-layers 4 --num-experts 8 "
+    "--experts-per-token 2 --moe-intermediate-size 256 --shared-expert-intermediate-size 256 "
+    "--vocab-size 512 --seed 8";
 const char kLlamaFlags[] =
     "--arch llama --preset tiny --hidden-size 256 --num-layers 2 --intermediate-size 512 "
     "--vocab-size 512 --seed 5";
@@ -89,8 +96,10 @@ std::vector<std::string> AllBytes(const ModelWeights& w) {
   return out;
 }
 
-// The last token's logits of a fixed prompt.
-std::vector<float> PromptLogits(const std::string& path, LoadOptions options = {}) {
+// The last token's logits of a fixed prompt, then (with `decode`) those of `decode` more tokens
+// fed one at a time (decode steps), appended.
+std::vector<float> PromptLogits(const std::string& path, LoadOptions options = {},
+                                int decode = 0) {
   Result<std::unique_ptr<CausalLm>> lm = CausalLm::Load(path, options);
   EXPECT_TRUE(lm.ok()) << lm.status().ToString();
   if (!lm.ok()) return {};
@@ -99,10 +108,16 @@ std::vector<float> PromptLogits(const std::string& path, LoadOptions options = {
   std::iota(table.begin(), table.end(), 0);
   cache.ResetSlot(0);
   const std::vector<int32_t> prompt = {1, 17, 300, 42, 7, 511, 256, 3};
-  std::vector<float> logits;
+  std::vector<float> logits, out;
   (*lm)->Forward({prompt.data(), static_cast<int64_t>(prompt.size()), 0, table.data(), 0}, cache,
-                 false, nullptr, &logits);
-  return logits;
+                 false, nullptr, &out);
+  for (int i = 0; i < decode; ++i) {
+    const int32_t token = 100 + 37 * i;
+    const int64_t pos = static_cast<int64_t>(prompt.size()) + i;
+    (*lm)->Forward({&token, 1, pos, table.data(), 0}, cache, false, nullptr, &logits);
+    out.insert(out.end(), logits.begin(), logits.end());
+  }
+  return out;
 }
 
 struct MadeArch {
@@ -186,6 +201,249 @@ INSTANTIATE_TEST_SUITE_P(Architectures, SameBitsTest,
                                            MadeArch{"gguf_qwen3", kQwen3Flags},
                                            MadeArch{"gguf_qwen3next", kQwen3NextFlags},
                                            MadeArch{"gguf_llama", kLlamaFlags}));
+
+// Qwen3.5's Gated DeltaNet value heads as llama.cpp's converter stores them
+// (_LinearAttentionVReorderBase): Hugging Face's heads grouped by key head, [g0 v0 .. v(r-1), g1
+// v0 ...], viewed as [nk, r, d] and swapped to [r, nk, d]. Entry i of the result is the source
+// entry stored at i: `offset` entries in place, then nv heads of `unit` entries.
+std::vector<int64_t> ConverterValueOrder(const io::ModelConfig& c, int64_t unit, int64_t offset) {
+  const int64_t nk = c.linear_num_key_heads, r = c.linear_num_value_heads / nk;
+  std::vector<int64_t> order(static_cast<size_t>(offset));
+  std::iota(order.begin(), order.end(), 0);
+  for (int64_t j = 0; j < r; ++j) {
+    for (int64_t g = 0; g < nk; ++g) {
+      for (int64_t i = 0; i < unit; ++i) order.push_back(offset + (g * r + j) * unit + i);
+    }
+  }
+  return order;
+}
+
+// A [rows, cols] matrix (unpacked dtype) with its rows, or its columns, gathered by `order`, in
+// place.
+void Reorder(const Tensor& t, const std::vector<int64_t>& order, bool columns) {
+  const int64_t rows = t.dim(0), cols = t.dim(1);
+  const size_t size = DTypeSize(t.dtype());
+  auto* data = static_cast<char*>(t.data());
+  const std::string was(data, static_cast<size_t>(rows * cols) * size);
+  ASSERT_EQ(static_cast<int64_t>(order.size()), columns ? cols : rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t from = columns ? r * cols + order[c] : order[r] * cols + c;
+      std::memcpy(data + (r * cols + c) * size, was.data() + from * size, size);
+    }
+  }
+}
+
+std::vector<float> Gathered(const std::vector<float>& v, const std::vector<int64_t>& order,
+                            int64_t width = 1) {
+  std::vector<float> out;
+  for (int64_t i : order) out.insert(out.end(), v.begin() + i * width, v.begin() + (i + 1) * width);
+  return out;
+}
+
+// The weights a folder loads to, with every GDN layer's v-indexed parts in the converter's order:
+// what the folder's qwen35moe GGUF file must load to.
+void ToConverterOrder(const io::ModelConfig& c, ModelWeights& w) {
+  const int64_t nv = c.linear_num_value_heads, dv = c.linear_value_head_dim;
+  const int64_t key_dim = c.linear_key_dim(), conv_dim = c.linear_conv_dim();
+  std::vector<int64_t> qkvz = ConverterValueOrder(c, dv, 2 * key_dim);  // [q | k | v] ...
+  for (int64_t i : ConverterValueOrder(c, dv, 0)) qkvz.push_back(conv_dim + i);  // ... | z
+  std::vector<int64_t> ba = ConverterValueOrder(c, 1, 0);
+  for (int64_t i : ConverterValueOrder(c, 1, 0)) ba.push_back(nv + i);
+  const std::vector<int64_t> channels = ConverterValueOrder(c, dv, 2 * key_dim);
+  for (size_t i = 0; i < c.layer_types.size(); ++i) {
+    if (c.layer_types[i] != io::LayerType::kLinearAttention) continue;
+    GdnWeights& g = w.layers[i].gdn;
+    Reorder(g.in_proj_qkvz.view(), qkvz, false);
+    Reorder(g.in_proj_ba.view(), ba, false);
+    Reorder(g.out_proj.view(), ConverterValueOrder(c, dv, 0), true);
+    g.dt_bias = Gathered(g.dt_bias, ConverterValueOrder(c, 1, 0));
+    g.neg_exp_a = Gathered(g.neg_exp_a, ConverterValueOrder(c, 1, 0));
+    std::vector<float> conv = g.conv;  // [Kc][conv_dim]: gather each tap's channels
+    for (int64_t j = 0; j < c.linear_conv_kernel_dim; ++j) {
+      for (int64_t ch = 0; ch < conv_dim; ++ch) {
+        g.conv[j * conv_dim + ch] = conv[j * conv_dim + channels[ch]];
+      }
+    }
+  }
+}
+
+// A Qwen3.5-MoE folder (4 linear key heads, 8 value heads, an MTP layer) and its qwen35moe GGUF
+// files: every weight loads to the same bits, the GDN layers' value heads in the converter's
+// (tiled) order; the model runs the tiled file by mapping value head p to key head p % nk. The
+// logits agree closely, not bit for bit: out_proj sums its value columns in the tiled order.
+TEST(GgufQwen35Test, TiledValueHeadsLoadAsTheConverterStoresThemAndRunTheFolder) {
+  const std::string& dir = testing::MadeModel("gguf_qwen35", kQwen35Flags);
+  Result<io::ModelConfig> config = LoadModelConfigAt(dir);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ASSERT_NE(config->linear_num_key_heads, config->linear_num_value_heads);
+  ASSERT_EQ(config->num_mtp_layers, 1);
+  for (DType file_dtype : {DType::kBF16, DType::kF32}) {
+    const std::string& gguf = GgufOf(dir, file_dtype);
+    Result<io::ModelConfig> read = LoadModelConfigAt(gguf);
+    ASSERT_TRUE(read.ok()) << read.status().ToString();
+    EXPECT_TRUE(read->gguf.gdn_v_heads_tiled && read->gguf.experts_split);
+    EXPECT_EQ(read->layer_types, config->layer_types);
+    EXPECT_EQ(read->num_mtp_layers, 1);
+    EXPECT_EQ(read->rotary_dim, config->rotary_dim);
+    for (std::optional<DType> load : {std::optional<DType>(), std::optional(DType::kF32)}) {
+      if (file_dtype == DType::kF32 && load != DType::kF32) continue;
+      Result<ModelWeights> a = Load(dir, load), b = Load(gguf, load);
+      ASSERT_TRUE(a.ok()) << a.status().ToString();
+      ASSERT_TRUE(b.ok()) << b.status().ToString();
+      ToConverterOrder(*config, *a);
+      const std::vector<std::string> want = AllBytes(*a), got = AllBytes(*b);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_TRUE(got[i] == want[i]) << DTypeName(file_dtype) << " load "
+                                       << (load ? DTypeName(*load) : "default") << " #" << i;
+      }
+    }
+    // A prefill, then decode steps (the fused GDN step, and without it): close to the folder's.
+    const LoadOptions f32{.weight_dtype = DType::kF32};
+    const std::vector<float> want = PromptLogits(dir, f32, 3), got = PromptLogits(gguf, f32, 3);
+    ASSERT_EQ(got.size(), want.size());
+    const int64_t V = config->vocab_size;
+    for (size_t row = 0; row * V < got.size(); ++row) {
+      const float* g = got.data() + row * V;
+      const float* w = want.data() + row * V;
+      EXPECT_LT(testing::RowRelError(g, w, V), 1e-5) << DTypeName(file_dtype) << " row " << row;
+      EXPECT_EQ(std::max_element(g, g + V) - g, std::max_element(w, w + V) - w);
+    }
+    LoadOptions unfused = f32;
+    unfused.forward.fused_gdn_step = false;
+    const std::vector<float> stepwise = PromptLogits(gguf, unfused, 3);
+    ASSERT_EQ(stepwise.size(), got.size());
+    EXPECT_EQ(std::memcmp(stepwise.data(), got.data(), got.size() * sizeof(float)), 0)
+        << "the fused decode step reads the tiled heads as the unfused passes do";
+  }
+}
+
+// llama.cpp also reads a merged ffn_gate_up_exps ([E, 2I, H]: each expert's gate rows, then its
+// up rows), Hugging Face's fused layout as it stands: the same file with each layer's
+// ffn_gate_exps and ffn_up_exps merged loads to the same weights and logits.
+TEST(GgufQwen35Test, MergedGateUpExpertsLoadAsTheSplitOnes) {
+  const std::string& dir = testing::MadeModel("gguf_qwen35", kQwen35Flags);
+  const std::string& split = GgufOf(dir, DType::kF32);
+  Result<std::unique_ptr<io::GgufFile>> file = io::GgufFile::Open(split);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  io::GgufWriter w;
+  for (const auto& [key, value] : (*file)->metadata()) w.Set(key, value);
+  int merged = 0;
+  for (const io::GgufTensor& t : (*file)->tensors()) {
+    const auto as_string = [](std::span<const std::byte> b) {
+      return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+    };
+    if (t.name.ends_with("ffn_up_exps.weight")) continue;
+    if (!t.name.ends_with("ffn_gate_exps.weight")) {
+      w.AddTensor(t.name, t.ne, t.type, as_string(t.bytes));
+      continue;
+    }
+    const std::string blk = t.name.substr(0, t.name.size() - std::strlen("ffn_gate_exps.weight"));
+    const io::GgufTensor* up = (*file)->Find(blk + "ffn_up_exps.weight");
+    ASSERT_NE(up, nullptr);
+    const int64_t E = t.ne[2];
+    const size_t per_expert = t.bytes.size() / static_cast<size_t>(E);
+    std::string bytes;
+    for (int64_t e = 0; e < E; ++e) {
+      bytes += as_string(t.bytes.subspan(e * per_expert, per_expert));
+      bytes += as_string(up->bytes.subspan(e * per_expert, per_expert));
+    }
+    w.AddTensor(blk + "ffn_gate_up_exps.weight", {t.ne[0], 2 * t.ne[1], E}, t.type,
+                std::move(bytes));
+    ++merged;
+  }
+  EXPECT_EQ(merged, 5);  // 4 layers and the MTP layer
+  const std::string path = dir + "/merged.gguf";
+  ASSERT_TRUE(w.Write(path).ok());
+  Result<io::ModelConfig> c = LoadModelConfigAt(path);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->gguf.experts_split);
+  Result<ModelWeights> a = Load(split, DType::kF32), b = Load(path, DType::kF32);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_TRUE(AllBytes(*a) == AllBytes(*b));
+  const std::vector<float> want = PromptLogits(split), got = PromptLogits(path);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+}
+
+// A model read from a GGUF file is not exported again: its rewrites (tiled heads, -exp(A), norms
+// with their 1) would be applied twice.
+TEST(GgufQwen35Test, ExportRefusesAModelReadFromAGgufFile) {
+  const std::string& dir = testing::MadeModel("gguf_qwen35", kQwen35Flags);
+  Result<ModelFiles> files = OpenModelFiles(GgufOf(dir, DType::kF32));
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  io::GgufWriter writer;
+  const Status added = AddGgufModel(files->config, files->checkpoint, DType::kF32, writer);
+  EXPECT_THAT(added.message(), ::testing::HasSubstr("this model was read from a GGUF file"));
+}
+
+// qwen35moe files that lie about the model are refused naming the tensor or key: the split GDN
+// projections, the split experts, the MTP layer, the layer-type list.
+TEST(GgufQwen35Test, RefusesMissingAndMisshapenTensorsNamingThem) {
+  const std::string& dir = testing::MadeModel("gguf_qwen35", kQwen35Flags);
+  const std::string path = dir + "/malformed.gguf";
+  auto error = [&](const std::function<void(io::GgufWriter&)>& edit) {
+    io::GgufWriter w = WriterOf(dir, DType::kGgmlQ8_0);
+    edit(w);
+    EXPECT_TRUE(w.Write(path).ok());
+    Result<ModelFiles> files = OpenModelFiles(path);
+    EXPECT_FALSE(files.ok());
+    return files.ok() ? std::string() : files.status().message();
+  };
+  auto f32 = [](int64_t n) { return std::string(static_cast<size_t>(n) * 4, '\0'); };
+  using ::testing::HasSubstr;
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.RemoveTensor("blk.0.ssm_alpha.weight"); }),
+              HasSubstr("no tensor blk.0.ssm_alpha.weight (for "
+                        "model.layers.0.linear_attn.in_proj_a.weight, shape [8, 256])"));
+  EXPECT_THAT(error([&](io::GgufWriter& w) {
+                w.RemoveTensor("blk.1.ssm_beta.weight");
+                w.AddTensor("blk.1.ssm_beta.weight", {256, 2}, 0, f32(512));
+              }),
+              HasSubstr("tensor blk.1.ssm_beta.weight has shape [2, 256] (ne reversed), but the "
+                        "config implies [8, 256]"));
+  EXPECT_THAT(error([&](io::GgufWriter& w) {
+                w.RemoveTensor("blk.2.ssm_out.weight");
+                w.AddTensor("blk.2.ssm_out.weight", {128, 256}, 0, f32(128 * 256));
+              }),
+              HasSubstr("tensor blk.2.ssm_out.weight has shape [256, 128] (ne reversed), but the "
+                        "config implies [256, 1024]"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.RemoveTensor("blk.1.ffn_up_exps.weight"); }),
+              HasSubstr("no tensor blk.1.ffn_up_exps.weight (for "
+                        "model.layers.1.mlp.experts.0.up_proj.weight"));
+  EXPECT_THAT(error([&](io::GgufWriter& w) {  // merged experts, but the wrong width
+                w.AddTensor("blk.0.ffn_gate_up_exps.weight", {256, 128, 8}, 0, f32(256 * 128 * 8));
+              }),
+              HasSubstr("tensor blk.0.ffn_gate_up_exps.weight has shape [8, 128, 256] (ne "
+                        "reversed), but the config implies [8, 512, 256]"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.RemoveTensor("blk.4.nextn.eh_proj.weight"); }),
+              HasSubstr("no tensor blk.4.nextn.eh_proj.weight (for mtp.fc.weight"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.RemoveTensor("blk.4.attn_q.weight"); }),
+              HasSubstr("no tensor blk.4.attn_q.weight (for mtp.layers.0.self_attn.q_proj"));
+  EXPECT_THAT(error([](io::GgufWriter& w) { w.SetU32("qwen35moe.ssm.time_step_rank", 1); }),
+              HasSubstr("linear_num_value_heads (1) must be a multiple of linear_num_key_heads (4)"));
+  const std::string recurrent = "qwen35moe.attention.recurrent_layers";
+  EXPECT_THAT(error([&](io::GgufWriter& w) {
+                w.SetArray(recurrent, io::GgufType::kBool, nlohmann::json::array({true, false}));
+              }),
+              HasSubstr("key qwen35moe.attention.recurrent_layers is not a list of 5 flags"));
+  EXPECT_THAT(error([&](io::GgufWriter& w) {
+                w.SetArray(recurrent, io::GgufType::kBool,
+                           nlohmann::json::array({true, true, true, false, true}));
+              }),
+              HasSubstr("entry 4 is true, not false (an MTP block has full attention)"));
+  EXPECT_THAT(error([&](io::GgufWriter& w) {
+                w.SetArray(recurrent, io::GgufType::kInt32, nlohmann::json::array({1, 1, 1, 0, 0}));
+              }),
+              HasSubstr("entry 0 is 1, not a boolean"));
+  // The list wins over the interval: a full-attention layer 0 asks for attention tensors there.
+  EXPECT_THAT(error([&](io::GgufWriter& w) {
+                w.SetArray(recurrent, io::GgufType::kBool,
+                           nlohmann::json::array({false, true, true, false, false}));
+              }),
+              HasSubstr("no tensor blk.0.attn_q.weight"));
+}
 
 constexpr DType kBlockDTypes[] = {DType::kGgmlQ8_0, DType::kGgmlQ4_0, DType::kGgmlQ4_1,
                                   DType::kGgmlQ5_0, DType::kGgmlQ5_1, DType::kGgmlQ4_K,

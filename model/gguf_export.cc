@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -49,22 +50,44 @@ void AddKeys(const io::ModelConfig& c, std::string_view arch, io::GgufWriter& w)
     u32("ssm.time_step_rank", c.linear_num_value_heads);
     u32("ssm.inner_size", c.linear_value_dim());
     u32("full_attention_interval", c.full_attention_interval);
+    // As the converter writes config.json's layer_types: a flag per block, the MTP blocks' false.
+    nlohmann::json recurrent = nlohmann::json::array();
+    for (int64_t i = 0; i < c.num_hidden_layers + c.num_mtp_layers; ++i) {
+      recurrent.push_back(i < c.num_hidden_layers &&
+                          c.layer_types[i] == io::LayerType::kLinearAttention);
+    }
+    w.SetArray(a + ".attention.recurrent_layers", GgufType::kBool, recurrent);
     u32("expert_shared_feed_forward_length", c.shared_expert_intermediate_size);
+  }
+  if (c.architecture == io::Architecture::kQwen3_5Moe) {
+    // Interleaved MRoPE's (t, h, w) sections over the rotary pairs, which llama.cpp requires;
+    // Hugging Face's [11, 11, 10] for 32 pairs. A text token's three positions are equal, so
+    // they change nothing for text.
+    const int64_t pairs = c.rotary_dim / 2, t = (pairs + 2) / 3, h = (pairs - t + 1) / 2;
+    w.SetArray(a + ".rope.dimension_sections", GgufType::kInt32,
+               nlohmann::json::array({t, h, pairs - t - h, 0}));
   }
   if (!c.eos_token_ids.empty()) w.SetU32("tokenizer.ggml.eos_token_id", c.eos_token_ids[0]);
   if (c.bos_token_id >= 0) w.SetU32("tokenizer.ggml.bos_token_id", c.bos_token_id);
 }
 
 // Rows `rows` of a stored [*, cols] tensor in `dtype` (f32, f16, bf16 convert exactly through
-// f32; block formats are quantized row by row).
-std::string EncodeRows(const io::SafetensorsTensor& t, DType dtype, std::span<const int64_t> rows) {
+// f32; block formats are quantized row by row), each row's columns in the order `col_order`
+// (empty: as stored).
+std::string EncodeRows(const io::SafetensorsTensor& t, DType dtype, std::span<const int64_t> rows,
+                       std::span<const int64_t> col_order = {}) {
   const int64_t cols = t.shape.back();
-  std::vector<float> row(static_cast<size_t>(cols));
+  std::vector<float> stored(static_cast<size_t>(cols)), row(static_cast<size_t>(cols));
   const size_t in_row = StoredRowBytes(t.dtype, cols), out_row = StoredRowBytes(dtype, cols);
   std::string out(rows.size() * out_row, '\0');
   for (size_t i = 0; i < rows.size(); ++i) {
     auto* to = reinterpret_cast<std::byte*>(out.data() + i * out_row);
-    ConvertToF32(t.dtype, t.bytes.data() + rows[i] * in_row, row.data(), cols);
+    ConvertToF32(t.dtype, t.bytes.data() + rows[i] * in_row, stored.data(), cols);
+    if (col_order.empty()) {
+      row = stored;
+    } else {
+      for (int64_t c = 0; c < cols; ++c) row[c] = stored[col_order[c]];
+    }
     if (IsGgmlBlockDType(dtype)) {
       kernels::ref::QuantizeGgmlRowRef(dtype, row.data(), to, cols);
     } else {
@@ -81,15 +104,41 @@ std::string Encode(const io::SafetensorsTensor& t, DType dtype) {
 }
 
 // A vector as f32 with the converter's rewrite: the 1 of a (1 + w) norm added, A_log as
-// -exp(A_log).
-std::string EncodeVector(const ResolvedTensor& t) {
+// -exp(A_log); viewed as [row_order.size(), *], its rows in the order `row_order` (empty: as
+// stored).
+std::string EncodeVector(const ResolvedTensor& t, std::span<const int64_t> row_order = {}) {
   std::vector<float> v(static_cast<size_t>(t.stored->numel()));
   ConvertToF32(t.stored->dtype, t.stored->bytes.data(), v.data(), static_cast<int64_t>(v.size()));
   for (float& x : v) {
     if (t.spec.kind == TensorKind::kNormOneCentered) x += 1.0f;
     if (t.spec.kind == TensorKind::kALog) x = -std::exp(x);
   }
+  if (!row_order.empty()) {
+    const size_t width = v.size() / row_order.size();
+    std::vector<float> ordered(v.size());
+    for (size_t i = 0; i < row_order.size(); ++i) {
+      std::copy_n(v.begin() + static_cast<ptrdiff_t>(row_order[i] * width), width,
+                  ordered.begin() + static_cast<ptrdiff_t>(i * width));
+    }
+    v = std::move(ordered);
+  }
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+// _LinearAttentionVReorderBase's value-head order, as the source index of each stored entry of a
+// v-indexed dimension: `offset` entries kept in place (a qkv tensor's q and k), then nv heads of
+// `unit` entries, position p = j * nk + g (tiled) holding Hugging Face's head g * r + j
+// (grouped).
+std::vector<int64_t> TiledValueOrder(const io::ModelConfig& c, int64_t unit, int64_t offset) {
+  const int64_t nk = c.linear_num_key_heads, nv = c.linear_num_value_heads, r = nv / nk;
+  std::vector<int64_t> order(static_cast<size_t>(offset + nv * unit));
+  std::iota(order.begin(), order.begin() + offset, 0);
+  for (int64_t p = 0; p < nv; ++p) {
+    for (int64_t i = 0; i < unit; ++i) {
+      order[offset + p * unit + i] = offset + ((p % nk) * r + p / nk) * unit + i;
+    }
+  }
+  return order;
 }
 
 }  // namespace
@@ -98,16 +147,44 @@ Status AddGgufModel(const io::ModelConfig& config, const io::SafetensorsCheckpoi
                     DType matrix_dtype, io::GgufWriter& writer) {
   const std::string_view arch = GgufArchitectureName(config.architecture);
   if (arch.empty()) {
-    return Unimplemented("GGUF export covers qwen3moe, qwen3, qwen3next and llama, not {}",
+    return Unimplemented("GGUF export covers qwen3moe, qwen3, qwen3next, qwen35moe and llama, not {}",
                          config.architecture_name);
+  }
+  const io::ModelConfig::GgufLayout& read = config.gguf;
+  if (read.block_quantized || read.gdn_qkv_z_split || read.gdn_a_negated || read.norms_with_one ||
+      read.rope_rows_interleaved || read.gdn_v_heads_tiled || read.experts_split) {
+    return InvalidArgument("GGUF export writes a Hugging Face checkpoint; this model was read from "
+                           "a GGUF file, whose rewrites would be applied twice");
   }
   AddKeys(config, arch, writer);
   ASSIGN_OR_RETURN(const std::vector<ResolvedTensor> tensors, ResolveCheckpoint(config, checkpoint));
   // The names of the file's own layout (the converter's rewrites, as OpenGgufCheckpoint reads).
   io::ModelConfig as_gguf = config;
-  if (config.architecture == io::Architecture::kQwen3Next) {
-    as_gguf.gguf.gdn_qkv_z_split = as_gguf.gguf.gdn_a_negated = as_gguf.gguf.norms_with_one = true;
+  if (config.is_hybrid()) as_gguf.gguf.gdn_a_negated = as_gguf.gguf.norms_with_one = true;
+  if (config.architecture == io::Architecture::kQwen3Next) as_gguf.gguf.gdn_qkv_z_split = true;
+  const bool qwen3_5 = config.architecture == io::Architecture::kQwen3_5Moe;
+  if (qwen3_5) as_gguf.gguf.gdn_v_heads_tiled = as_gguf.gguf.experts_split = true;
+  // Qwen3.5: the order each v-indexed tensor is stored in (no-ops when nk == nv).
+  const int64_t dv = config.linear_value_head_dim, key_dim = config.linear_key_dim();
+  std::vector<int64_t> qkv_order, z_order, head_order;
+  if (qwen3_5) {
+    qkv_order = TiledValueOrder(config, dv, 2 * key_dim);  // qkv rows, conv channels
+    z_order = TiledValueOrder(config, dv, 0);              // z rows, out_proj's columns
+    head_order = TiledValueOrder(config, 1, 0);            // b, a rows, A_log, dt_bias
   }
+  auto stored_order = [&](TensorRole role) -> std::span<const int64_t> {
+    switch (role) {
+      case TensorRole::kGdnInProjQkv:
+      case TensorRole::kGdnConv: return qkv_order;
+      case TensorRole::kGdnInProjZ:
+      case TensorRole::kGdnOutProj: return z_order;
+      case TensorRole::kGdnInProjB:
+      case TensorRole::kGdnInProjA:
+      case TensorRole::kGdnDtBias:
+      case TensorRole::kGdnALog: return head_order;
+      default: return {};
+    }
+  };
   // llama: each q and k head's rows with their rotary halves interleaved (row 2j + t of a head
   // holds Hugging Face's row t * head_dim / 2 + j).
   auto interleaved = [&](int64_t rows) {
@@ -139,13 +216,40 @@ Status AddGgufModel(const io::ModelConfig& config, const io::SafetensorsCheckpoi
   };
   for (const ResolvedTensor& t : tensors) {
     const int64_t rows = t.spec.shape.front(), cols = t.spec.shape.back();
-    const bool matrix = t.spec.shape.size() == 2 && rows > 1 &&
+    // Matrices (stacked experts' [E, out, in] too), not the [1, H] shared expert gate.
+    const bool matrix = (t.spec.shape.size() == 3 || rows > 1) &&
                         (t.spec.kind == TensorKind::kLinear || t.spec.kind == TensorKind::kEmbedding);
+    const std::span<const int64_t> order = stored_order(t.spec.role);
     if (!matrix || t.spec.role == TensorRole::kRouter) {  // routers stay f32, as llama.cpp keeps them
       std::vector<int64_t> shape = t.spec.shape;
       if (t.spec.kind == TensorKind::kConvWeight) shape = {shape.front(), shape.back()};  // squeezed
       add(GgufNameOf(as_gguf, t.spec).name, shape, -1, DType::kF32,
-          t.spec.role == TensorRole::kRouter ? Encode(*t.stored, DType::kF32) : EncodeVector(t));
+          t.spec.role == TensorRole::kRouter ? Encode(*t.stored, DType::kF32)
+                                             : EncodeVector(t, order));
+    } else if (t.spec.role == TensorRole::kExpertsGateUp) {
+      // Qwen3.5's [E, 2I, H] split as the converter splits it: ffn_gate_exps (each expert's rows
+      // [0, I)) and ffn_up_exps (rows [I, 2I)), each [E, I, H].
+      const int64_t E = t.spec.shape[0], I = t.spec.shape[1] / 2;
+      for (const TensorRole half : {TensorRole::kExpertGate, TensorRole::kExpertUp}) {
+        std::vector<int64_t> part_rows;
+        for (int64_t e = 0; e < E; ++e) {
+          for (int64_t i = 0; i < I; ++i) {
+            part_rows.push_back(e * 2 * I + (half == TensorRole::kExpertUp ? I : 0) + i);
+          }
+        }
+        CheckpointTensor part = t.spec;
+        part.role = half;
+        add(GgufNameOf(as_gguf, part).name, {E, I, cols}, -1, matrix_dtype,
+            EncodeRows(*t.stored, matrix_dtype, part_rows));
+      }
+    } else if (t.spec.role == TensorRole::kGdnOutProj && !order.empty()) {
+      std::vector<int64_t> all(static_cast<size_t>(rows));
+      std::iota(all.begin(), all.end(), 0);
+      add(GgufNameOf(as_gguf, t.spec).name, t.spec.shape, -1, matrix_dtype,
+          EncodeRows(*t.stored, matrix_dtype, all, order));
+    } else if (!order.empty()) {
+      add(GgufNameOf(as_gguf, t.spec).name, t.spec.shape, -1, matrix_dtype,
+          EncodeRows(*t.stored, matrix_dtype, order));
     } else if (t.spec.role == TensorRole::kGdnInProjQkvz) {
       // Qwen3-Next's interleaved rows regrouped as [q | k | v] (attn_qkv) and z (attn_gate).
       const std::vector<int64_t> split = qwen3_next::QkvzSourceRows(config);

@@ -21,6 +21,19 @@ Result<Range> Split(int64_t n, int tp, int rank, std::string_view what) {
   return Range{rank * (n / tp), n / tp};
 }
 
+// The key heads that value heads `v` read when value head p reads key head p % nk (a qwen35moe
+// GGUF file's tiled order): all nk when v spans whole rounds of nk, else the v.count heads from
+// v.begin % nk. Either way the rank's own heads are tiled again (local value head i reads local
+// key head i % local nk), so its slices stay contiguous ranges.
+Result<Range> TiledKeyHeads(int64_t nk, Range v) {
+  if (v.begin % nk == 0 && v.count % nk == 0) return Range{0, nk};
+  if (nk % v.count == 0) return Range{v.begin % nk, v.count};
+  return InvalidArgument(
+      "--tp: each rank's {} linear value heads neither cover whole rounds of the {} key heads nor "
+      "divide them (a tiled-order GGUF file's value head p reads key head p % {})",
+      v.count, nk, nk);
+}
+
 }  // namespace
 
 Result<ShardLayout> MakeShardLayout(const io::ModelConfig& g, const ShardSpec& spec) {
@@ -50,8 +63,12 @@ Result<ShardLayout> MakeShardLayout(const io::ModelConfig& g, const ShardSpec& s
   if (g.num_layers_of(io::LayerType::kLinearAttention) > 0) {
     ASSIGN_OR_RETURN(s.gdn_value_heads,
                      Split(g.linear_num_value_heads, tp, r, "linear_num_value_heads"));
-    ASSIGN_OR_RETURN(s.gdn_key_heads,
-                     SplitOrReplicate(g.linear_num_key_heads, tp, r, "linear_num_key_heads"));
+    if (g.gguf.gdn_v_heads_tiled) {
+      ASSIGN_OR_RETURN(s.gdn_key_heads, TiledKeyHeads(g.linear_num_key_heads, s.gdn_value_heads));
+    } else {
+      ASSIGN_OR_RETURN(s.gdn_key_heads,
+                       SplitOrReplicate(g.linear_num_key_heads, tp, r, "linear_num_key_heads"));
+    }
     c.linear_num_value_heads = s.gdn_value_heads.count;
     c.linear_num_key_heads = s.gdn_key_heads.count;
   }

@@ -1,7 +1,8 @@
 // Tensor and expert parallel ranks (shard.h) against one rank: the same forward split over 2 or
 // 4 ranks -- threads of this process over the local communicator -- gives logits equal to one
 // rank's within 1e-5 relative, the same greedy tokens, and the same MTP drafts, on the golden
-// tiny Qwen3-Next and on make-model's Qwen3.5-MoE, Qwen3-MoE and dense Qwen3.
+// tiny Qwen3-Next and on make-model's Qwen3.5-MoE (its folder and its qwen35moe GGUF file, whose
+// value heads are tiled), Qwen3-MoE and dense Qwen3.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,7 +15,10 @@
 
 #include <fmt/format.h>
 
+#include "io/gguf_writer.h"
 #include "model/causal_lm.h"
+#include "model/gguf_export.h"
+#include "model/model_files.h"
 #include "model/shard.h"
 #include "parallel/local_communicator.h"
 #include "model/testing.h"
@@ -202,6 +206,19 @@ TEST(TensorParallelTest, GoldenQwen3NextMatchesOneRank) {
 TEST(TensorParallelTest, Qwen3_5MoeMatchesOneRank) {
   ExpectLayoutsMatchOneRank(ModelDir("qwen3_5_moe"), kLayouts);
 }
+// The qwen35moe GGUF file of the Qwen3.5-MoE folder (2 key, 4 value heads, in llama.cpp's tiled
+// order): --tp 2 keeps both key heads per rank, --tp 4 one key head and its value heads p with
+// p % 2 == that head (ShardLayout's TiledKeyHeads).
+TEST(TensorParallelTest, Qwen3_5MoeGgufWithTiledValueHeadsMatchesOneRank) {
+  const std::string& dir = ModelDir("qwen3_5_moe");
+  Result<ModelFiles> files = OpenModelFiles(dir);
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  io::GgufWriter writer;
+  ASSERT_TRUE(AddGgufModel(files->config, files->checkpoint, DType::kBF16, writer).ok());
+  const std::string gguf = dir + "/tp.gguf";
+  ASSERT_TRUE(writer.Write(gguf).ok());
+  ExpectLayoutsMatchOneRank(gguf, kLayouts);
+}
 TEST(TensorParallelTest, Qwen3MoeMatchesOneRank) {
   ExpectLayoutsMatchOneRank(ModelDir("qwen3_moe"), kLayouts);
 }
@@ -323,6 +340,35 @@ TEST(ShardLayoutTest, SplitsAndReplicatesHeads) {
   EXPECT_EQ(s->local.shared_expert_intermediate_size, 128);  // whole under --ep too
   EXPECT_EQ(s->vocab.begin, 384);
   EXPECT_EQ(s->vocab.count, 128);
+}
+
+// A tiled-order file's value heads p read key head p % nk: a rank's contiguous value heads read
+// all key heads (whole rounds of them) or a contiguous run of them, never grouped's.
+TEST(ShardLayoutTest, TiledValueHeadsKeepTheKeyHeadsTheyRead) {
+  Result<io::ModelConfig> c = io::LoadModelConfig(kTinyDir);  // GDN 2 k / 4 v
+  ASSERT_TRUE(c.ok());
+  c->gguf.gdn_v_heads_tiled = true;
+  for (int rank = 0; rank < 4; ++rank) {  // value head r reads key head r % 2
+    Result<ShardLayout> s = MakeShardLayout(*c, {rank, 4, false});
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ(s->gdn_value_heads.begin, rank);
+    EXPECT_EQ(s->gdn_key_heads.begin, rank % 2);
+    EXPECT_EQ(s->gdn_key_heads.count, 1);
+  }
+  Result<ShardLayout> two = MakeShardLayout(*c, {1, 2, false});  // value heads 2, 3: keys 0, 1
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(two->gdn_key_heads.begin, 0);
+  EXPECT_EQ(two->gdn_key_heads.count, 2);
+  EXPECT_EQ(two->local.linear_num_key_heads, 2);
+  // 4 key heads, 12 value heads over 2 ranks: 6 each, neither whole rounds of 4 nor a divisor.
+  c->linear_num_key_heads = 4;
+  c->linear_num_value_heads = 12;
+  Result<ShardLayout> uneven = MakeShardLayout(*c, {0, 2, false});
+  ASSERT_FALSE(uneven.ok());
+  EXPECT_NE(uneven.status().message().find("6 linear value heads neither cover whole rounds of "
+                                           "the 4 key heads"),
+            std::string::npos)
+      << uneven.status().message();
 }
 
 TEST(ShardLayoutTest, RefusesSplitsThatDoNotDivide) {
