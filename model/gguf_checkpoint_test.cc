@@ -254,8 +254,8 @@ void ToConverterOrder(const io::ModelConfig& c, ModelWeights& w) {
   for (size_t i = 0; i < c.layer_types.size(); ++i) {
     if (c.layer_types[i] != io::LayerType::kLinearAttention) continue;
     GdnWeights& g = w.layers[i].gdn;
-    Reorder(g.in_proj_qkvz.view(), qkvz, false);
-    Reorder(g.in_proj_ba.view(), ba, false);
+    Reorder(g.in_proj_qkvz.whole(), qkvz, false);
+    Reorder(g.in_proj_ba.whole(), ba, false);
     Reorder(g.out_proj.view(), ConverterValueOrder(c, dv, 0), true);
     g.dt_bias = Gathered(g.dt_bias, ConverterValueOrder(c, 1, 0));
     g.neg_exp_a = Gathered(g.neg_exp_a, ConverterValueOrder(c, 1, 0));
@@ -286,7 +286,7 @@ TEST(GgufQwen35Test, TiledValueHeadsLoadAsTheConverterStoresThemAndRunTheFolder)
     EXPECT_EQ(read->layer_types, config->layer_types);
     EXPECT_EQ(read->num_mtp_layers, 1);
     EXPECT_EQ(read->rotary_dim, config->rotary_dim);
-    for (std::optional<DType> load : {std::optional<DType>(), std::optional(DType::kF32)}) {
+    for (std::optional<DType> load : {std::optional(DType::kBF16), std::optional(DType::kF32)}) {
       if (file_dtype == DType::kF32 && load != DType::kF32) continue;
       Result<ModelWeights> a = Load(dir, load), b = Load(gguf, load);
       ASSERT_TRUE(a.ok()) << a.status().ToString();
