@@ -105,6 +105,16 @@ Result<engine::MemoryPlan> PlanRun(const ModelFlags& model, const io::ModelConfi
   options.ranks_here = static_cast<int>(model.RanksOnThisMachine());
   options.engine = config;
   options.available_bytes = AvailableMemoryBytes();
+  // A GGUF file is used as stored by default: the bytes its load holds, from the file.
+  std::optional<model::ModelFiles> files;
+  if (Result<std::string> dir = model.Dir(); dir.ok() && model::IsGgufModel(*dir)) {
+    Result<model::ModelFiles> opened = model::OpenModelFiles(*dir);
+    if (!opened.ok()) return opened.status();
+    files = std::move(*opened);
+    options.stored_weights = [&](const model::ShardLayout& shard) {
+      return model::StoredWeightBytes(files->config, shard, files->checkpoint);
+    };
+  }
   return engine::PlanMemory(model_config, options);
 }
 

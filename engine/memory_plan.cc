@@ -43,9 +43,7 @@ Result<MemoryPlan> PlanMemory(const io::ModelConfig& config, const MemoryPlanOpt
   MemoryPlan plan;
   plan.options = options;
   plan.base_dtype = model::ConfigMatrixDType(config);
-  // As the load defaults (model/weights.h): a GGUF file's block formats to int8.
-  plan.matrix_dtype =
-      options.weight_dtype.value_or(config.gguf.block_quantized ? DType::kQ8 : plan.base_dtype);
+  plan.matrix_dtype = options.weight_dtype.value_or(plan.base_dtype);
   if (plan.matrix_dtype != DType::kBF16 && plan.matrix_dtype != DType::kF32 &&
       !IsPackedDType(plan.matrix_dtype)) {
     return InvalidArgument("weight dtype {} is not supported", DTypeName(plan.matrix_dtype));
@@ -60,8 +58,14 @@ Result<MemoryPlan> PlanMemory(const io::ModelConfig& config, const MemoryPlanOpt
   for (int r = 0; r < ranks_here; ++r) {
     ASSIGN_OR_RETURN(model::ShardLayout shard,
                      model::MakeShardLayout(config, {r, options.tp, options.ep}));
-    plan.weights += model::PlanWeightBytes(config, shard, plan.matrix_dtype, plan.base_dtype,
-                                           options.lm_head_dtype);
+    if (options.stored_weights && !options.weight_dtype) {
+      ASSIGN_OR_RETURN(model::WeightBytes stored, options.stored_weights(shard));
+      plan.weights += stored;
+      plan.stored_formats = true;
+    } else {
+      plan.weights += model::PlanWeightBytes(config, shard, plan.matrix_dtype, plan.base_dtype,
+                                             options.lm_head_dtype);
+    }
     shards.push_back(std::move(shard));
   }
   // The engine sizes its default GDN state checkpoints against what is available once the
@@ -94,14 +98,15 @@ std::string MemoryPlan::ToText() const {
   std::string out = fmt::format(
       "memory plan: weights at {}, --max-model-len {}, --max-num-seqs {}, "
       "--max-num-batched-tokens {}, {} rank{} on this machine\n",
-      DTypeName(matrix_dtype), layout.max_model_len, e.max_num_seqs, e.max_num_batched_tokens,
+      stored_formats ? "the file's own formats" : DTypeName(matrix_dtype), layout.max_model_len, e.max_num_seqs, e.max_num_batched_tokens,
       std::clamp(options.ranks_here, 1, options.tp), options.ranks_here > 1 ? "s" : "");
   const auto line = [&](std::string_view name, int64_t bytes, const std::string& detail) {
     out += fmt::format("  {:<20}{:>11}", name, Size(bytes));
     out += detail.empty() ? "\n" : "  " + detail + "\n";
   };
   line("weights", weights.total(),
-       IsPackedDType(matrix_dtype)
+       stored_formats ? "as stored, the file's pages used in place"
+       : IsPackedDType(matrix_dtype)
            ? fmt::format("{} projections and experts; embedding and routers {}; lm_head {}",
                          DTypeName(matrix_dtype), DTypeName(base_dtype), DTypeName(lm_head_dtype))
            : std::string(DTypeName(matrix_dtype)));

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -32,6 +33,9 @@ struct MemoryPlanOptions {
   int ranks_here = 1;  // ranks this machine holds: --tp under --comm local, mpirun's per node
   EngineConfig engine;
   int64_t available_bytes = 0;  // MemAvailable (core/memory_info.h); 0: unknown
+  // A GGUF file used as stored (no weight_dtype): the bytes rank `shard`'s load holds
+  // (model::StoredWeightBytes over the file), instead of a plan from the config.
+  std::function<Result<model::WeightBytes>(const model::ShardLayout&)> stored_weights;
 };
 
 struct MemoryPlan {
@@ -39,6 +43,7 @@ struct MemoryPlan {
   DType matrix_dtype = DType::kBF16;  // the --weight-dtype the load will use
   DType base_dtype = DType::kBF16;    // what a packed format keeps in the checkpoint's precision
   DType lm_head_dtype = DType::kBF16;
+  bool stored_formats = false;  // the weights as stored (MemoryPlanOptions::stored_weights)
   // Every rank this machine holds.
   model::WeightBytes weights;
   int64_t kv_bytes = 0;          // KV cache

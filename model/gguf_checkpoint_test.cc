@@ -16,6 +16,7 @@
 #include "model/gguf_export.h"
 #include "model/model_files.h"
 #include "model/testing.h"
+#include "model/weight_bytes.h"
 
 namespace moeserve::model {
 namespace {
@@ -529,6 +530,30 @@ TEST(GgufBlockFormatsTest, UsedInPlaceAsTheirDequantization) {
             0.03)
             << DTypeName(dtype);
       }
+    }
+  }
+}
+
+// What the memory plan counts for a file used as stored is what its load holds, views included,
+// on one rank and on each of two.
+TEST(GgufBlockFormatsTest, StoredWeightBytesAreWhatTheLoadHolds) {
+  const std::string& dir = testing::MadeModel("gguf_qwen3moe", kQwen3MoeFlags);
+  for (DType dtype : {DType::kGgmlQ4_K, DType::kGgmlQ8_0}) {
+    Result<ModelFiles> files = OpenModelFiles(GgufOf(dir, dtype));
+    ASSERT_TRUE(files.ok());
+    for (ShardSpec spec : {ShardSpec{}, ShardSpec{0, 2, false}, ShardSpec{1, 2, true}}) {
+      Result<ShardLayout> shard = MakeShardLayout(files->config, spec);
+      ASSERT_TRUE(shard.ok());
+      Result<ModelWeights> w = LoadWeights(files->config, *shard, files->checkpoint, std::nullopt);
+      if (!w.ok()) {  // Q4_K's super-blocks do not split at half a row
+        EXPECT_EQ(dtype, DType::kGgmlQ4_K) << w.status().ToString();
+        continue;
+      }
+      Result<WeightBytes> planned = StoredWeightBytes(files->config, *shard, files->checkpoint);
+      ASSERT_TRUE(planned.ok()) << planned.status().ToString();
+      const WeightBytes held = CountWeightBytes(*w);
+      EXPECT_EQ(planned->bytes, held.bytes) << DTypeName(dtype) << " rank " << spec.rank;
+      EXPECT_GT(held.total(), 0);
     }
   }
 }

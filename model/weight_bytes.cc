@@ -181,6 +181,12 @@ Result<std::map<std::string, double>> StoredBytesPerWeight(
   return out;
 }
 
+Result<WeightBytes> StoredWeightBytes(const io::ModelConfig& config, const ShardLayout& shard,
+                                      const io::SafetensorsCheckpoint& checkpoint) {
+  ASSIGN_OR_RETURN(ModelWeights layout, LayOutWeights(config, shard, checkpoint, std::nullopt));
+  return CountWeightBytes(layout);
+}
+
 WeightBytes CountWeightBytes(const ModelWeights& w) {
   WeightBytes out;
   out[WeightKind::kEmbedding] = Bytes(w.embedding);

@@ -69,6 +69,12 @@ double LoadedBytesPerWeight(const CheckpointTensor& t, DType requested, DType ba
 Result<std::map<std::string, double>> StoredBytesPerWeight(
     const io::ModelConfig& config, const io::SafetensorsCheckpoint& checkpoint);
 
+// The bytes a load of rank `shard` that keeps `checkpoint`'s formats (a GGUF file's default:
+// weights.h) holds, its views of the file's pages included (they take memory as page cache):
+// counted in its layout (LayOutWeights), which copies nothing.
+Result<WeightBytes> StoredWeightBytes(const io::ModelConfig& config, const ShardLayout& shard,
+                                      const io::SafetensorsCheckpoint& checkpoint);
+
 // The bytes `weights` holds: every matrix's storage and every vector's floats.
 WeightBytes CountWeightBytes(const ModelWeights& weights);
 

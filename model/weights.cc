@@ -689,10 +689,14 @@ double BytesPerWeight(DType dtype, int64_t cols) {
   }
 }
 
-Result<ModelWeights> LoadWeights(const io::ModelConfig& c, const ShardLayout& shard,
-                                 const io::SafetensorsCheckpoint& checkpoint,
-                                 std::optional<DType> matrix_dtype, ThreadPool* pool,
-                                 std::optional<DType> lm_head_dtype) {
+namespace {
+
+// LoadWeights, or with `copy` false its layout only: every matrix allocated (a copy's pages never
+// touched) or a view, every vector read, no matrix copied.
+Result<ModelWeights> Load(const io::ModelConfig& c, const ShardLayout& shard,
+                          const io::SafetensorsCheckpoint& checkpoint,
+                          std::optional<DType> matrix_dtype, ThreadPool* pool,
+                          std::optional<DType> lm_head_dtype, bool copy) {
   ASSIGN_OR_RETURN(std::vector<ResolvedTensor> tensors, ResolveCheckpoint(c, checkpoint));
   RETURN_IF_ERROR(CheckStoredDTypes(tensors));
   ASSIGN_OR_RETURN(MatrixFormat format,
@@ -708,11 +712,35 @@ Result<ModelWeights> LoadWeights(const io::ModelConfig& c, const ShardLayout& sh
   const RankSlices slices = SliceTensors(c, shard);
   RETURN_IF_ERROR(CheckBlockSplits(tensors, shard, slices));
   AllocateLayers(c, shard, format, w);
+  if (!copy) {
+    std::vector<RowCopy> plan;
+    for (const ResolvedTensor& rt : tensors) {
+      PlaceTensor(TensorSource(rt, format, plan), c, shard, slices, w);
+      plan.clear();
+    }
+    return w;
+  }
   StreamTensors(tensors, checkpoint, pool, shard.spec.rank == 0,
                 [&](const ResolvedTensor& rt, std::vector<RowCopy>& plan) {
                   PlaceTensor(TensorSource(rt, format, plan), c, shard, slices, w);
                 });
   return w;
+}
+
+}  // namespace
+
+Result<ModelWeights> LoadWeights(const io::ModelConfig& c, const ShardLayout& shard,
+                                 const io::SafetensorsCheckpoint& checkpoint,
+                                 std::optional<DType> matrix_dtype, ThreadPool* pool,
+                                 std::optional<DType> lm_head_dtype) {
+  return Load(c, shard, checkpoint, matrix_dtype, pool, lm_head_dtype, /*copy=*/true);
+}
+
+Result<ModelWeights> LayOutWeights(const io::ModelConfig& c, const ShardLayout& shard,
+                                   const io::SafetensorsCheckpoint& checkpoint,
+                                   std::optional<DType> matrix_dtype,
+                                   std::optional<DType> lm_head_dtype) {
+  return Load(c, shard, checkpoint, matrix_dtype, nullptr, lm_head_dtype, /*copy=*/false);
 }
 
 }  // namespace moeserve::model

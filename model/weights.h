@@ -129,4 +129,12 @@ Result<ModelWeights> LoadWeights(const io::ModelConfig& config, const ShardLayou
                                  std::optional<DType> matrix_dtype, ThreadPool* pool = nullptr,
                                  std::optional<DType> lm_head_dtype = std::nullopt);
 
+// What LoadWeights would hold, without copying a matrix: views of the file where the load uses it
+// in place, matrices allocated but never written (their pages untouched) where it copies, every
+// vector read. For planning a load's bytes (model/weight_bytes.h: StoredWeightBytes).
+Result<ModelWeights> LayOutWeights(const io::ModelConfig& config, const ShardLayout& shard,
+                                   const io::SafetensorsCheckpoint& checkpoint,
+                                   std::optional<DType> matrix_dtype,
+                                   std::optional<DType> lm_head_dtype = std::nullopt);
+
 }  // namespace moeserve::model
