@@ -415,9 +415,11 @@ int Run(const Options& o, const FlagSet& flags) {
   if (!dir.ok()) return RuntimeError(kCommand, dir.status());
   Result<io::ModelConfig> model_config = model::LoadModelConfigAt(*dir);
   if (!model_config.ok()) return RuntimeError(kCommand, model_config.status());
-  Result<std::unique_ptr<tokenizer::Tokenizer>> tok = LoadModelTokenizer(*dir);
-  if (!tok.ok()) return RuntimeError(kCommand, tok.status());
-  Result<tokenizer::ChatTemplate> chat_template = RequireChatTemplate(*dir, o.chat_template);
+  Result<ModelTokenizer> text = LoadModelTokenizerAndTemplate(*dir, o.chat_template);
+  if (!text.ok()) return RuntimeError(kCommand, text.status());
+  Result<std::unique_ptr<tokenizer::Tokenizer>> tok = std::move(text->tokenizer);
+  Result<tokenizer::ChatTemplate> chat_template = RequiredChatTemplate(
+      *dir, std::move(text->chat_template));
   if (!chat_template.ok()) {
     // A bad --chat-template is the user's flag; a folder without a template is the model's.
     return o.chat_template.empty() ? RuntimeError(kCommand, chat_template.status())

@@ -33,10 +33,10 @@ Result<tokenizer::GgufTokenizer> OpenGgufTokenizer(const std::string& path) {
   return tokenizer::LoadGgufTokenizer(*file);
 }
 
-// LoadChatTemplate for a GGUF file: tokenizer.chat_template, or `file` with its special tokens.
-Result<std::optional<tokenizer::ChatTemplate>> GgufChatTemplate(const std::string& path,
+// LoadChatTemplate for a GGUF file read as `g`: tokenizer.chat_template, or `file` with its special
+// tokens.
+Result<std::optional<tokenizer::ChatTemplate>> GgufChatTemplate(tokenizer::GgufTokenizer& g,
                                                                 const std::string& file) {
-  ASSIGN_OR_RETURN(tokenizer::GgufTokenizer g, OpenGgufTokenizer(path));
   if (file.empty()) {
     if (!g.chat_template_status.ok()) return g.chat_template_status;
     return std::move(g.chat_template);
@@ -58,7 +58,10 @@ Result<std::unique_ptr<tokenizer::Tokenizer>> LoadModelTokenizer(const std::stri
 
 Result<std::optional<tokenizer::ChatTemplate>> LoadChatTemplate(const std::string& dir,
                                                                 const std::string& file) {
-  if (model::IsGgufModel(dir)) return GgufChatTemplate(dir, file);
+  if (model::IsGgufModel(dir)) {
+    ASSIGN_OR_RETURN(tokenizer::GgufTokenizer g, OpenGgufTokenizer(dir));
+    return GgufChatTemplate(g, file);
+  }
   std::optional<tokenizer::ChatTemplate> from_config;
   const std::string config_path = dir + "/tokenizer_config.json";
   if (std::filesystem::exists(config_path)) {
@@ -81,9 +84,28 @@ Result<std::optional<tokenizer::ChatTemplate>> LoadChatTemplate(const std::strin
   return std::optional<tokenizer::ChatTemplate>(std::move(*chat));
 }
 
+Result<ModelTokenizer> LoadModelTokenizerAndTemplate(const std::string& dir,
+                                                    const std::string& file) {
+  ModelTokenizer out;
+  if (model::IsGgufModel(dir)) {
+    ASSIGN_OR_RETURN(tokenizer::GgufTokenizer g, OpenGgufTokenizer(dir));
+    out.chat_template = GgufChatTemplate(g, file);
+    out.tokenizer = std::move(g.tokenizer);
+    return out;
+  }
+  ASSIGN_OR_RETURN(out.tokenizer, tokenizer::Tokenizer::LoadFromDir(dir));
+  out.chat_template = LoadChatTemplate(dir, file);
+  return out;
+}
+
 Result<tokenizer::ChatTemplate> RequireChatTemplate(const std::string& dir,
                                                     const std::string& file) {
-  ASSIGN_OR_RETURN(std::optional<tokenizer::ChatTemplate> chat, LoadChatTemplate(dir, file));
+  return RequiredChatTemplate(dir, LoadChatTemplate(dir, file));
+}
+
+Result<tokenizer::ChatTemplate> RequiredChatTemplate(
+    const std::string& dir, Result<std::optional<tokenizer::ChatTemplate>> loaded) {
+  ASSIGN_OR_RETURN(std::optional<tokenizer::ChatTemplate> chat, std::move(loaded));
   if (!chat) {
     return NotFound(
         "{} has no {} with a chat template (--chat-template FILE gives one)", dir,

@@ -30,6 +30,19 @@ Result<std::optional<tokenizer::ChatTemplate>> LoadChatTemplate(const std::strin
 // The same, with "none" as a NotFound error that says how to give one.
 Result<tokenizer::ChatTemplate> RequireChatTemplate(const std::string& dir,
                                                     const std::string& file);
+// RequireChatTemplate of what LoadChatTemplate gave for `dir`.
+Result<tokenizer::ChatTemplate> RequiredChatTemplate(
+    const std::string& dir, Result<std::optional<tokenizer::ChatTemplate>> loaded);
+
+// The tokenizer and the chat template (LoadModelTokenizer and LoadChatTemplate's) of a model
+// that needs both: a GGUF file's built from one read of its metadata.
+struct ModelTokenizer {
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  Result<std::optional<tokenizer::ChatTemplate>> chat_template =
+      std::optional<tokenizer::ChatTemplate>();
+};
+Result<ModelTokenizer> LoadModelTokenizerAndTemplate(const std::string& dir,
+                                                    const std::string& file);
 
 // What the model folder's generation_config.json changes in the defaults (vLLM's
 // --generation-config auto: get_diff_sampling_param and update_from_generation_config).

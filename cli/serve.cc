@@ -95,9 +95,10 @@ int Run(const Options& o) {
   if (!dir.ok()) return RuntimeError(kCommand, dir.status());
   Result<io::ModelConfig> config = model::LoadModelConfigAt(*dir);
   if (!config.ok()) return RuntimeError(kCommand, config.status());
-  Result<std::unique_ptr<tokenizer::Tokenizer>> tok = LoadModelTokenizer(*dir);
-  if (!tok.ok()) return RuntimeError(kCommand, tok.status());
-  Result<std::optional<tokenizer::ChatTemplate>> chat = LoadChatTemplate(*dir, o.chat_template);
+  Result<ModelTokenizer> text = LoadModelTokenizerAndTemplate(*dir, o.chat_template);
+  if (!text.ok()) return RuntimeError(kCommand, text.status());
+  Result<std::unique_ptr<tokenizer::Tokenizer>> tok = std::move(text->tokenizer);
+  Result<std::optional<tokenizer::ChatTemplate>> chat = std::move(text->chat_template);
   if (!chat.ok() && !o.chat_template.empty()) return UsageError(kCommand, chat.status());
   if (!chat.ok()) {
     // A broken template of the folder's own: serve the rest, refuse chat requests.

@@ -125,20 +125,30 @@ int Tokenize(const TokenizeOptions& o) {
     return UsageError(kTokenize, InvalidArgument("--chat-template goes with --chat-file"));
   }
   const std::string dir = ModelDir(o.model);
-  Result<std::unique_ptr<Tokenizer>> tok = LoadModelTokenizer(dir);
-  if (!tok.ok()) return RuntimeError(kTokenize, tok.status());
+  // With the chat template when a chat file is to be rendered (one read of a GGUF file).
+  ModelTokenizer text;
+  if (o.chat_file.empty()) {
+    Result<std::unique_ptr<Tokenizer>> loaded = LoadModelTokenizer(dir);
+    if (!loaded.ok()) return RuntimeError(kTokenize, loaded.status());
+    text.tokenizer = std::move(*loaded);
+  } else {
+    Result<ModelTokenizer> loaded = LoadModelTokenizerAndTemplate(dir, o.chat_template);
+    if (!loaded.ok()) return RuntimeError(kTokenize, loaded.status());
+    text = std::move(*loaded);
+  }
+  const std::unique_ptr<Tokenizer>& tok = text.tokenizer;
   if (!o.texts_file.empty()) {
-    Status s = TokenizeTextsFile(**tok, o.texts_file);
+    Status s = TokenizeTextsFile(*tok, o.texts_file);
     return s.ok() ? 0 : RuntimeError(kTokenize, s.WithContext("--texts-file"));
   }
   if (!o.chat_file.empty()) {
-    Result<ChatTemplate> chat = RequireChatTemplate(dir, o.chat_template);
+    Result<ChatTemplate> chat = RequiredChatTemplate(dir, std::move(text.chat_template));
     if (!chat.ok()) return RuntimeError(kTokenize, chat.status());
-    Status s = TokenizeChatFile(**tok, *chat, o.chat_file);
+    Status s = TokenizeChatFile(*tok, *chat, o.chat_file);
     return s.ok() ? 0 : RuntimeError(kTokenize, s.WithContext("--chat-file"));
   }
 
-  Result<std::vector<int32_t>> ids = (*tok)->Encode(o.text);
+  Result<std::vector<int32_t>> ids = tok->Encode(o.text);
   if (!ids.ok()) return UsageError(kTokenize, ids.status().WithContext("--text"));
   if (o.json) {
     ordered_json out;
