@@ -385,7 +385,7 @@ void PrintResults(const Options& o, const Plan& plan, const Ceilings& m,
   const model::CausalLm& lm = group.model();
   const io::ModelConfig& c = lm.config();
   fmt::print("model            {} ({} weights, lm_head {}, SIMD {}, {} threads{})\n",
-             c.architecture_name, DTypeName(lm.weights().matrix_dtype),
+             c.architecture_name, model::WeightFormatName(lm.weights()),
              DTypeName(lm.weights().lm_head_matrix().dtype()), kernels::ActiveIsa(), m.threads_here,
              group.size() > 1
                  ? fmt::format(", --tp {}{} over {}, {} per rank", group.size(),

@@ -121,6 +121,19 @@ std::vector<float> PromptLogits(const std::string& path, LoadOptions options = {
   return out;
 }
 
+// The error opening `dir`'s Q8_0 GGUF file once `edit` changed it (empty, and a failed
+// expectation, when it opens).
+std::string OpenErrorAfter(const std::string& dir,
+                           const std::function<void(io::GgufWriter&)>& edit) {
+  const std::string path = dir + "/malformed.gguf";
+  io::GgufWriter w = WriterOf(dir, DType::kGgmlQ8_0);
+  edit(w);
+  EXPECT_TRUE(w.Write(path).ok());
+  Result<ModelFiles> files = OpenModelFiles(path);
+  EXPECT_FALSE(files.ok());
+  return files.ok() ? std::string() : files.status().message();
+}
+
 struct MadeArch {
   const char* name;
   const char* flags;
@@ -384,14 +397,8 @@ TEST(GgufQwen35Test, ExportRefusesAModelReadFromAGgufFile) {
 // projections, the split experts, the MTP layer, the layer-type list.
 TEST(GgufQwen35Test, RefusesMissingAndMisshapenTensorsNamingThem) {
   const std::string& dir = testing::MadeModel("gguf_qwen35", kQwen35Flags);
-  const std::string path = dir + "/malformed.gguf";
   auto error = [&](const std::function<void(io::GgufWriter&)>& edit) {
-    io::GgufWriter w = WriterOf(dir, DType::kGgmlQ8_0);
-    edit(w);
-    EXPECT_TRUE(w.Write(path).ok());
-    Result<ModelFiles> files = OpenModelFiles(path);
-    EXPECT_FALSE(files.ok());
-    return files.ok() ? std::string() : files.status().message();
+    return OpenErrorAfter(dir, edit);
   };
   auto f32 = [](int64_t n) { return std::string(static_cast<size_t>(n) * 4, '\0'); };
   using ::testing::HasSubstr;
@@ -620,14 +627,8 @@ TEST(GgufCheckpointTest, StopsOnTheTurnAndTextEnds) {
 // Files that lie about the model are refused naming the key or tensor.
 TEST(GgufCheckpointTest, RefusesMalformedModelsNamingTheField) {
   const std::string& dir = testing::MadeModel("gguf_qwen3moe", kQwen3MoeFlags);
-  const std::string path = dir + "/malformed.gguf";
   auto error = [&](const std::function<void(io::GgufWriter&)>& edit) {
-    io::GgufWriter w = WriterOf(dir, DType::kGgmlQ8_0);
-    edit(w);
-    EXPECT_TRUE(w.Write(path).ok());
-    Result<ModelFiles> files = OpenModelFiles(path);
-    EXPECT_FALSE(files.ok());
-    return files.ok() ? std::string() : files.status().message();
+    return OpenErrorAfter(dir, edit);
   };
   using ::testing::HasSubstr;
   EXPECT_THAT(error([](io::GgufWriter& w) { w.SetString("general.architecture", "falcon"); }),
