@@ -1,0 +1,116 @@
+#include "structured/pda_walk.h"
+
+namespace moeserve::structured::internal {
+
+namespace {
+
+bool SameStack(const std::vector<Frame>& frames, int32_t x, int32_t y) {
+  while (x != y) {
+    if (x < 0 || y < 0 || frames[x].ret != frames[y].ret) return false;
+    x = frames[x].parent;
+    y = frames[y].parent;
+  }
+  return true;
+}
+
+bool Contains(const Arena& arena, size_t begin, Thread t) {
+  for (size_t i = begin; i < arena.threads.size(); ++i) {
+    const Thread& u = arena.threads[i];
+    if (u.state == t.state && SameStack(arena.frames, u.stack, t.stack)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool AddClosure(const Automaton& a, Arena& arena, size_t set_begin, Thread t) {
+  if (!a.NeedsClosure(t.state)) {
+    // The common case: a state that only reads bytes.
+    if (Contains(arena, set_begin, t)) return false;
+    if (arena.threads.size() - set_begin >= kMaxThreadsPerSet) {
+      arena.overflowed = true;
+      return false;
+    }
+    arena.threads.push_back(t);
+    return false;
+  }
+  bool popped = false;
+  std::vector<Thread>& work = arena.work;
+  work.clear();
+  work.push_back(t);
+  while (!work.empty()) {
+    const Thread u = work.back();
+    work.pop_back();
+    if (Contains(arena, set_begin, u)) continue;
+    if (arena.threads.size() - set_begin >= kMaxThreadsPerSet) {
+      arena.overflowed = true;
+      return popped;
+    }
+    arena.threads.push_back(u);
+    const Automaton::State& s = a.states[u.state];
+    for (uint32_t i = s.ref_begin; i < s.ref_end; ++i) {
+      const Automaton::Call& c = a.refs[i];
+      arena.frames.push_back({c.ret, u.stack});
+      work.push_back({a.rule_start[c.rule], static_cast<int32_t>(arena.frames.size() - 1)});
+    }
+    if (s.final) {
+      if (u.stack < 0) {
+        popped = true;
+      } else {
+        const Frame f = arena.frames[u.stack];
+        work.push_back({f.ret, f.parent});
+      }
+    }
+  }
+  return popped;
+}
+
+bool Advance(const Automaton& a, Arena& arena, size_t from, size_t to, uint8_t byte) {
+  const size_t begin = arena.threads.size();
+  bool popped = false;
+  for (size_t i = from; i < to; ++i) {
+    const Thread t = arena.threads[i];
+    if (!a.states[t.state].has_bytes) continue;
+    const int32_t next = a.Next(t.state, byte);
+    if (next < 0) continue;
+    popped |= AddClosure(a, arena, begin, {next, t.stack});
+  }
+  return popped;
+}
+
+void WalkTrie(const Automaton& a, const Vocabulary& v, Arena& arena, int32_t first, int32_t last,
+              int base_depth, size_t set_begin, size_t set_end, bool local, WalkOutput out) {
+  const std::vector<Vocabulary::Node>& nodes = v.nodes();
+  const size_t threads_mark = arena.threads.size(), frames_mark = arena.frames.size();
+  // Per depth (relative to base_depth): the set's range and the frames it needs.
+  struct Level {
+    size_t begin, end, frames;
+  };
+  std::vector<Level> levels(static_cast<size_t>(v.max_depth() - base_depth + 2));
+  levels[0] = {set_begin, set_end, frames_mark};
+  std::vector<uint32_t>& mask = *out.mask;
+  int32_t i = first;
+  while (i < last) {
+    const Vocabulary::Node& n = nodes[i];
+    const Level& parent = levels[n.depth - base_depth - 1];
+    arena.threads.resize(std::max(parent.end, threads_mark));
+    arena.frames.resize(parent.frames);
+    const size_t begin = arena.threads.size();
+    const bool popped = Advance(a, arena, parent.begin, parent.end, n.byte);
+    const bool alive = arena.threads.size() > begin;
+    if (alive || popped) {
+      for (int32_t id : v.tokens_at(n)) mask[id >> 5] |= 1u << (id & 31);
+    }
+    if (popped && local && n.end > i + 1) out.exits->push_back(i);
+    if (!alive) {
+      i = n.end;
+      continue;
+    }
+    levels[n.depth - base_depth] = {begin, arena.threads.size(), arena.frames.size()};
+    ++i;
+  }
+  arena.threads.resize(threads_mark);
+  arena.frames.resize(frames_mark);
+}
+
+}  // namespace moeserve::structured::internal

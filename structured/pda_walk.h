@@ -1,0 +1,66 @@
+// The pushdown automaton run over bytes, shared by the matcher and the per-state mask cache
+// (private to structured/).
+//
+// A parser state is a set of threads (state, stack); a stack is a linked list of Frames in an
+// arena (stack -1: empty). Reading a byte moves every thread along its state's byte edge, then
+// closes the set: calls push the return state and start the called rule, final states pop. Sets
+// are stored one after another in Arena::threads, so walking a trie and backing out of a subtree
+// is truncating two vectors.
+//
+// Two meanings of the empty stack:
+//   full mode   the real stack: popping it means the root rule is complete (the grammar can end);
+//   local mode  an unknown caller (the mask cache of one state): popping it is an "exit", where
+//               the result depends on the caller, checked later against the live stack.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "structured/automaton.h"
+#include "structured/vocabulary.h"
+
+namespace moeserve::structured::internal {
+
+struct Frame {
+  int32_t ret;     // the state to continue at when the called rule ends
+  int32_t parent;  // the frame below, or -1
+};
+
+struct Thread {
+  int32_t state;
+  int32_t stack;  // top frame, or -1
+};
+
+// Threads in one set, past which the set stops growing and overflowed is set (an ambiguous
+// grammar's sets can grow with the input; no real grammar comes near).
+inline constexpr size_t kMaxThreadsPerSet = 4096;
+
+struct Arena {
+  std::vector<Frame> frames;
+  std::vector<Thread> threads;
+  std::vector<Thread> work;  // AddClosure's worklist
+  bool overflowed = false;
+};
+
+// Appends to arena.threads the closure of t (t and every thread reached without reading a byte),
+// leaving out threads already in [set_begin, end). True when a final state popped the empty stack.
+bool AddClosure(const Automaton& a, Arena& arena, size_t set_begin, Thread t);
+
+// Appends the set reached from threads [from, to) by `byte` (closed). True when the empty
+// stack was popped on the way.
+bool Advance(const Automaton& a, Arena& arena, size_t from, size_t to, uint8_t byte);
+
+// What a trie walk found.
+struct WalkOutput {
+  std::vector<uint32_t>* mask = nullptr;  // bits of the tokens that can be read
+  std::vector<int32_t>* exits = nullptr;  // local mode: nodes with children where the stack popped
+};
+
+// Walks the trie nodes [first, last) (a run of whole subtrees whose parent is at depth
+// base_depth), starting from the set [set_begin, set_end) at base_depth, setting the bits of every
+// token the grammar can read. local: the empty stack is an unknown caller (exits recorded).
+// Leaves arena as it found it past set_end.
+void WalkTrie(const Automaton& a, const Vocabulary& v, Arena& arena, int32_t first, int32_t last,
+              int base_depth, size_t set_begin, size_t set_end, bool local, WalkOutput out);
+
+}  // namespace moeserve::structured::internal
