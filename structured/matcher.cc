@@ -15,14 +15,14 @@ CompiledGrammar::CompiledGrammar(Automaton automaton, std::shared_ptr<const Voca
       vocabulary_(std::move(vocabulary)),
       cache_(automaton_.states.size()) {}
 
-const CompiledGrammar::StateMask& CompiledGrammar::MaskOf(int32_t state) const {
+std::shared_ptr<const CompiledGrammar::StateMask> CompiledGrammar::MaskOf(int32_t state) const {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (cache_[state]) return *cache_[state];
+    if (cache_[state]) return cache_[state];
   }
   // Computed outside the lock: two threads may both compute it; the first one stored wins.
   const Vocabulary& v = *vocabulary_;
-  auto m = std::make_unique<StateMask>();
+  auto m = std::make_shared<StateMask>();
   std::vector<uint32_t> bits(v.mask_words(), 0);
   Arena arena;
   arena.threads.push_back({state, -1});
@@ -39,9 +39,14 @@ const CompiledGrammar::StateMask& CompiledGrammar::MaskOf(int32_t state) const {
       }
     }
   }
+  const size_t bytes = sizeof(StateMask) + m->bits.size() * sizeof(uint32_t) +
+                       (m->tokens.size() + m->exits.size()) * sizeof(int32_t);
   std::lock_guard<std::mutex> lock(mu_);
-  if (!cache_[state]) cache_[state] = std::move(m);
-  return *cache_[state];
+  if (cache_[state]) return cache_[state];
+  if (cache_bytes_ + bytes > kMaxMaskCacheBytes) return m;
+  cache_bytes_ += bytes;
+  cache_[state] = std::move(m);
+  return cache_[state];
 }
 
 size_t CompiledGrammar::cached_states() const {
@@ -78,7 +83,8 @@ void Matcher::FillNextTokenBitmask(std::span<uint32_t> mask) {
   for (size_t i = step.begin; i < step.end; ++i) {
     const Thread t = arena_.threads[i];
     if (!a.states[t.state].has_bytes) continue;
-    const CompiledGrammar::StateMask& m = grammar_->MaskOf(t.state);
+    const std::shared_ptr<const CompiledGrammar::StateMask> cached = grammar_->MaskOf(t.state);
+    const CompiledGrammar::StateMask& m = *cached;
     if (std::find(seen_states_.begin(), seen_states_.end(), t.state) == seen_states_.end()) {
       seen_states_.push_back(t.state);
       if (!m.bits.empty()) {

@@ -44,16 +44,20 @@ class CompiledGrammar {
     std::vector<int32_t> tokens;   // ...or as a list, when few (bits empty)
     std::vector<int32_t> exits;    // trie nodes (with children) where the rule returned
   };
-  // Computed on first use, then shared; thread-safe.
-  const StateMask& MaskOf(int32_t state) const;
-  // States whose mask has been computed (for benchmarks and tests).
+  // Computed on first use, then cached and shared while the cache holds less than
+  // kMaxMaskCacheBytes (past that, computed each time: a grammar cannot grow memory without
+  // bound); thread-safe.
+  std::shared_ptr<const StateMask> MaskOf(int32_t state) const;
+  static constexpr size_t kMaxMaskCacheBytes = size_t{64} << 20;
+  // States whose mask is cached (for benchmarks and tests).
   size_t cached_states() const;
 
  private:
   Automaton automaton_;
   std::shared_ptr<const Vocabulary> vocabulary_;
   mutable std::mutex mu_;
-  mutable std::vector<std::unique_ptr<const StateMask>> cache_;
+  mutable std::vector<std::shared_ptr<const StateMask>> cache_;
+  mutable size_t cache_bytes_ = 0;
 };
 
 class Matcher {

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -76,6 +77,9 @@ GrammarSpec Schema(std::string text) {
   return {GrammarSpec::Kind::kJsonSchema, std::move(text), {}};
 }
 
+std::optional<std::string> RandomWalk(const std::shared_ptr<const CompiledGrammar>& g,
+                                      uint32_t seed, int budget, int cap);
+
 // ---- grammar pieces ----
 
 TEST(Utf8ByteRangesTest, CoverExactlyTheRange) {
@@ -133,6 +137,23 @@ TEST(GbnfTest, TheRepositoryGrammarsCompile) {
   }
   EXPECT_TRUE(Accepts(Gbnf(ReadFile(kDataDir + "/json.gbnf")),
                       R"({"a": [1, 2.5e3, true, null, "x\"y"], "b": {}})"));
+}
+
+// MOESERVE_GBNF_DIR=DIR (e.g. llama.cpp's grammars/): every DIR/*.gbnf parses and compiles, and
+// random walks through it keep the mask's promise (skipped without it).
+TEST(GbnfTest, EveryGrammarOfAFolderCompiles) {
+  const char* dir = std::getenv("MOESERVE_GBNF_DIR");
+  if (dir == nullptr) GTEST_SKIP() << "MOESERVE_GBNF_DIR not set";
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".gbnf") continue;
+    SCOPED_TRACE(entry.path().string());
+    ++count;
+    auto g = Compile(Gbnf(ReadFile(entry.path())), Qwen3Vocabulary());
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    for (uint32_t seed = 0; seed < 3; ++seed) RandomWalk(*g, seed, 30, 60);
+  }
+  EXPECT_GT(count, 0);
 }
 
 TEST(GbnfTest, BadGrammarsGetErrorsNamingTheProblem) {
@@ -411,6 +432,8 @@ TEST(MatcherPropertyTest, MaskEqualsAcceptTokenOverTheWholeVocabulary) {
   const std::vector<GrammarSpec> specs = {
       Schema(R"({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type":
           "array", "items": {"type": "integer"}}}, "required": ["a"]})"),
+      Schema(R"({"type": "object", "properties": {"k": {"type": "string", "maxLength": 4}},
+          "additionalProperties": {"anyOf": [{"$ref": "#"}, {"type": "number"}]}})"),
       Regex("(ab|[0-9]+\\.)+x?"),
       Gbnf(ReadFile(kDataDir + "/json.gbnf")),
   };
@@ -421,7 +444,7 @@ TEST(MatcherPropertyTest, MaskEqualsAcceptTokenOverTheWholeVocabulary) {
     Matcher m(g);
     std::mt19937 rng(5);
     std::vector<uint32_t> mask(v.mask_words());
-    for (int step = 0; step < 6; ++step) {
+    for (int step = 0; step < 24; ++step) {
       m.FillNextTokenBitmask(mask);
       int mismatches = 0;
       for (int32_t id = 0; id < v.size(); ++id) {
