@@ -96,7 +96,21 @@ void WalkTrie(const Automaton& a, const Vocabulary& v, Arena& arena, int32_t fir
     arena.threads.resize(std::max(parent.end, threads_mark));
     arena.frames.resize(parent.frames);
     const size_t begin = arena.threads.size();
-    const bool popped = Advance(a, arena, parent.begin, parent.end, n.byte);
+    bool popped = false;
+    if (parent.end - parent.begin == 1) {
+      // One thread (inside a string, a number, a literal): no set to merge into.
+      const Thread t = arena.threads[parent.begin];
+      const int32_t next = a.states[t.state].has_bytes ? a.Next(t.state, n.byte) : -1;
+      if (next >= 0) {
+        if (a.NeedsClosure(next)) {
+          popped = AddClosure(a, arena, begin, {next, t.stack});
+        } else {
+          arena.threads.push_back({next, t.stack});
+        }
+      }
+    } else {
+      popped = Advance(a, arena, parent.begin, parent.end, n.byte);
+    }
     const bool alive = arena.threads.size() > begin;
     if (alive || popped) {
       for (int32_t id : v.tokens_at(n)) mask[id >> 5] |= 1u << (id & 31);
