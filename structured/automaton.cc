@@ -223,6 +223,13 @@ class Determinizer {
   Result<int32_t> Intern(std::vector<int32_t> set) {
     auto it = index_.find(set);
     if (it != index_.end()) return it->second;
+    work_ += set.size();
+    if (work_ > limits_.max_dfa_work) {
+      return InvalidArgument(
+          "grammar too complex: its deterministic automaton's states hold more than {} NFA "
+          "states in all (max_dfa_work)",
+          limits_.max_dfa_work);
+    }
     if (a_.states.size() >= limits_.max_dfa_states) {
       return InvalidArgument(
           "grammar too complex: more than {} deterministic automaton states (max_dfa_states)",
@@ -295,6 +302,7 @@ class Determinizer {
   const Limits& limits_;
   std::vector<uint32_t> mark_;
   uint32_t stamp_ = 0;
+  size_t work_ = 0;
   int32_t accept_ = 0;
   int32_t rule_ = 0;
   std::map<std::vector<int32_t>, int32_t> index_;

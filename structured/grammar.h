@@ -31,6 +31,7 @@ struct Limits {
   size_t max_rules = 4096;             // rules of the grammar
   size_t max_nfa_states = 400000;      // Thompson automaton states, all rules
   size_t max_dfa_states = 20000;       // deterministic states, all rules (1 KiB each)
+  size_t max_dfa_work = 1000000;       // NFA states summed over the deterministic states' sets
   int max_ref_depth = 64;              // $ref chains resolved one into another
   size_t max_enum_values = 4096;       // enum and choice entries
 };

@@ -225,8 +225,20 @@ class SchemaCompiler {
       return InvalidArgument("JSON schema: more than {} rules (max_rules)", limits_.max_rules);
     }
     const int r = g_.AddRule(name);
-    g_.bodies[r] = std::move(e);
+    RETURN_IF_ERROR(SetBody(r, std::move(e)));
     return r;
+  }
+
+  // Rules are where a schema's parts are copied (allOf merges, optional properties): counting
+  // their nodes here bounds the grammar while it is built, before CheckGrammar sees it whole.
+  Status SetBody(int rule, Expr e) {
+    nodes_ += CountNodes(e);
+    if (nodes_ > limits_.max_expr_nodes) {
+      return InvalidArgument("JSON schema: grammar of more than {} nodes (max_expr_nodes)",
+                             limits_.max_expr_nodes);
+    }
+    g_.bodies[rule] = std::move(e);
+    return OkStatus();
   }
 
   Result<Expr> Schema(const Json& s, int depth, int ref_depth, const std::string& path) {
@@ -585,7 +597,8 @@ class SchemaCompiler {
       rest_rules[key] = rule;
       ASSIGN_OR_RETURN(Expr with_tail, rest(i + 1, false));
       ASSIGN_OR_RETURN(Expr without, rest(i + 1, first));
-      g_.bodies[rule] = Alt({Seq({member(props[i].member), std::move(with_tail)}), std::move(without)});
+      RETURN_IF_ERROR(SetBody(
+          rule, Alt({Seq({member(props[i].member), std::move(with_tail)}), std::move(without)})));
       return Ref(rule);
     };
     ASSIGN_OR_RETURN(Expr members, rest(0, true));
@@ -671,7 +684,7 @@ class SchemaCompiler {
     ASSIGN_OR_RETURN(const int rule, NewRule(key, Empty()));
     ref_rules_[key] = rule;
     ASSIGN_OR_RETURN(Expr body, Schema(*target, depth + 1, ref_depth + 1, key));
-    g_.bodies[rule] = std::move(body);
+    RETURN_IF_ERROR(SetBody(rule, std::move(body)));
     return Ref(rule);
   }
 
@@ -719,6 +732,7 @@ class SchemaCompiler {
   const Limits& limits_;
   Grammar g_;
   int value_ = -1, object_ = -1, string_ = -1, number_ = -1, integer_ = -1;
+  size_t nodes_ = 0;
   std::map<std::string, int> ref_rules_;
 };
 

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -133,5 +134,38 @@ int main(int argc, char** argv) {
   std::printf("mask per token, warm (later requests): mean %.1f us, p50 %.1f us, p99 %.1f us "
               "(%zu steps)\n",
               warm_all.Mean(), warm_all.Pct(0.5), warm_all.Pct(0.99), warm_all.v.size());
+  // What a hostile spec costs before it is refused (or compiled): the worst cases of the limits.
+  std::printf("\nhostile specs (compile wall time, result):\n");
+  std::string nested_json = "{}";
+  for (int i = 0; i < 60; ++i) nested_json = R"({"type": "array", "items": )" + nested_json + "}";
+  const std::vector<std::pair<const char*, GrammarSpec>> hostile = {
+      {"DFA blow-up (a|b)*a(a|b){13}", {GrammarSpec::Kind::kRegex, "(a|b)*a(a|b){13}", {}}},
+      {"DFA blow-up (a|b)*a(a|b){20}", {GrammarSpec::Kind::kRegex, "(a|b)*a(a|b){20}", {}}},
+      {"repeat nesting ((a{50}){50}){50}", {GrammarSpec::Kind::kRegex, "((a{50}){50}){50}", {}}},
+      {"alternatives a{1}|a{2}|...|a{300}", {GrammarSpec::Kind::kRegex, [] {
+         std::string r;
+         for (int i = 1; i <= 300; ++i) r += (i > 1 ? "|" : "") + std::string("a{") + std::to_string(i) + "}";
+         return r;
+       }(), {}}},
+      {".{0,4000}", {GrammarSpec::Kind::kRegex, ".{0,4000}", {}}},
+      {"(a?){2000}a{2000}", {GrammarSpec::Kind::kRegex, "(a?){2000}a{2000}", {}}},
+      {"(.*a){30}", {GrammarSpec::Kind::kRegex, "(.*a){30}", {}}},
+      {"(.{0,60}){60}", {GrammarSpec::Kind::kRegex, "(.{0,60}){60}", {}}},
+      {"string maxLength 4000", {GrammarSpec::Kind::kJsonSchema, R"({"type": "string", "maxLength": 4000})", {}}},
+      {"array 60 deep", {GrammarSpec::Kind::kJsonSchema, nested_json, {}}},
+      {"enum of 4096", {GrammarSpec::Kind::kJsonSchema, [] {
+         std::string e = R"({"enum": [)";
+         for (int i = 0; i < 4096; ++i) e += (i ? "," : "") + std::string("\"value number ") + std::to_string(i) + "\"";
+         return e + "]}";
+       }(), {}}},
+  };
+  for (const auto& [name, spec] : hostile) {
+    const auto t0 = Clock::now();
+    auto g = Compile(spec, *vocab);
+    const double ms = Micros(Clock::now() - t0) / 1000;
+    std::printf("  %-36s %8.1f ms  %s\n", name, ms,
+                g.ok() ? fmt::format("{} states", (*g)->automaton().states.size()).c_str()
+                       : g.status().message().c_str());
+  }
   return 0;
 }
