@@ -24,10 +24,7 @@ std::shared_ptr<const CompiledGrammar::StateMask> CompiledGrammar::MaskOf(int32_
   const Vocabulary& v = *vocabulary_;
   auto m = std::make_shared<StateMask>();
   std::vector<uint32_t> bits(v.mask_words(), 0);
-  Arena arena;
-  arena.threads.push_back({state, -1});
-  WalkTrie(automaton_, v, arena, 1, static_cast<int32_t>(v.nodes().size()), 0, 0, 1,
-           /*local=*/true, {&bits, &m->exits});
+  internal::WalkTrieFromState(automaton_, v, state, {&bits, &m->exits});
   size_t count = 0;
   for (uint32_t w : bits) count += __builtin_popcount(w);
   if (count * 32 > static_cast<size_t>(v.size())) {

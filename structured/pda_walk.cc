@@ -127,4 +127,34 @@ void WalkTrie(const Automaton& a, const Vocabulary& v, Arena& arena, int32_t fir
   arena.frames.resize(frames_mark);
 }
 
+void WalkTrieFromState(const Automaton& a, const Vocabulary& v, int32_t state, WalkOutput out) {
+  const std::vector<Vocabulary::Node>& nodes = v.nodes();
+  std::vector<uint32_t>& mask = *out.mask;
+  std::vector<int32_t> at_depth(static_cast<size_t>(v.max_depth()) + 1);
+  at_depth[0] = state;
+  Arena arena;
+  const int32_t last = static_cast<int32_t>(nodes.size());
+  int32_t i = 1;
+  while (i < last) {
+    const Vocabulary::Node& n = nodes[i];
+    const int32_t from = at_depth[n.depth - 1];
+    const int32_t next = a.states[from].has_bytes ? a.Next(from, n.byte) : -1;
+    if (next < 0) {
+      i = n.end;
+      continue;
+    }
+    if (a.NeedsClosure(next)) {
+      // A call or a return: the general walk over this subtree, from the parent's state.
+      arena.threads.assign(1, {from, -1});
+      arena.frames.clear();
+      WalkTrie(a, v, arena, i, n.end, n.depth - 1, 0, 1, /*local=*/true, out);
+      i = n.end;
+      continue;
+    }
+    for (int32_t id : v.tokens_at(n)) mask[id >> 5] |= 1u << (id & 31);
+    at_depth[n.depth] = next;
+    ++i;
+  }
+}
+
 }  // namespace moeserve::structured::internal

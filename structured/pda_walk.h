@@ -63,4 +63,9 @@ struct WalkOutput {
 void WalkTrie(const Automaton& a, const Vocabulary& v, Arena& arena, int32_t first, int32_t last,
               int base_depth, size_t set_begin, size_t set_end, bool local, WalkOutput out);
 
+// The walk of the whole trie from one state with an unknown caller (local mode), what
+// CompiledGrammar caches: a tight loop over one DFA state per depth while the path stays inside
+// the state's rule without calls or returns, WalkTrie for the subtrees where it does not.
+void WalkTrieFromState(const Automaton& a, const Vocabulary& v, int32_t state, WalkOutput out);
+
 }  // namespace moeserve::structured::internal
