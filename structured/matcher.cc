@@ -24,7 +24,7 @@ std::shared_ptr<const CompiledGrammar::StateMask> CompiledGrammar::MaskOf(int32_
   const Vocabulary& v = *vocabulary_;
   auto m = std::make_shared<StateMask>();
   std::vector<uint32_t> bits(v.mask_words(), 0);
-  internal::WalkTrieFromState(automaton_, v, state, {&bits, &m->exits});
+  internal::WalkTrieFromState(automaton_, v, state, {bits.data(), &m->exits});
   size_t count = 0;
   for (uint32_t w : bits) count += __builtin_popcount(w);
   if (count * 32 > static_cast<size_t>(v.size())) {
@@ -66,6 +66,7 @@ void Matcher::FillNextTokenBitmask(std::span<uint32_t> mask) {
   const Vocabulary& v = grammar_->vocabulary();
   const Automaton& a = grammar_->automaton();
   std::fill(mask.begin(), mask.end(), 0u);
+  if (mask.size() < v.mask_words()) return;  // too short for the vocabulary: nothing allowed
   const Step step = steps_.back();
   auto set_eos = [&] {
     for (int32_t id : v.eos_ids()) mask[id >> 5] |= 1u << (id & 31);
@@ -74,8 +75,7 @@ void Matcher::FillNextTokenBitmask(std::span<uint32_t> mask) {
     set_eos();
     return;
   }
-  // The walk writes into a vector; the caller's span is copied in at the end.
-  std::vector<uint32_t> bits(v.mask_words(), 0);
+  uint32_t* bits = mask.data();
   seen_states_.clear();
   for (size_t i = step.begin; i < step.end; ++i) {
     const Thread t = arena_.threads[i];
@@ -85,7 +85,7 @@ void Matcher::FillNextTokenBitmask(std::span<uint32_t> mask) {
     if (std::find(seen_states_.begin(), seen_states_.end(), t.state) == seen_states_.end()) {
       seen_states_.push_back(t.state);
       if (!m.bits.empty()) {
-        for (size_t w = 0; w < bits.size(); ++w) bits[w] |= m.bits[w];
+        for (size_t w = 0; w < m.bits.size(); ++w) bits[w] |= m.bits[w];
       } else {
         for (int32_t id : m.tokens) bits[id >> 5] |= 1u << (id & 31);
       }
@@ -100,13 +100,12 @@ void Matcher::FillNextTokenBitmask(std::span<uint32_t> mask) {
       for (int32_t node : m.exits) {
         const Vocabulary::Node& n = v.nodes()[node];
         WalkTrie(a, v, arena_, node + 1, n.end, n.depth, set_begin, set_end, /*local=*/false,
-                 {&bits, nullptr});
+                 {bits, nullptr});
       }
     }
     arena_.threads.resize(step.end);
     arena_.frames.resize(step.frames);
   }
-  std::copy(bits.begin(), bits.begin() + std::min(bits.size(), mask.size()), mask.begin());
   if (step.can_end) set_eos();
 }
 

@@ -65,8 +65,8 @@ class Matcher {
   // Keeps a reference to `grammar` (hold the shared_ptr as long as the matcher).
   explicit Matcher(std::shared_ptr<const CompiledGrammar> grammar);
 
-  // Sets mask (vocabulary().mask_words() words) to the tokens that may come next: bit id % 32 of
-  // word id / 32. End-of-sequence ids are set when CanEnd().
+  // Sets mask (vocabulary().mask_words() words; a shorter mask is left all zeros) to the tokens
+  // that may come next: bit id % 32 of word id / 32. End-of-sequence ids are set when CanEnd().
   void FillNextTokenBitmask(std::span<uint32_t> mask);
   // Reads token id; false (state unchanged) when the grammar refuses it.
   bool AcceptToken(int32_t id);

@@ -82,17 +82,15 @@ void WalkTrie(const Automaton& a, const Vocabulary& v, Arena& arena, int32_t fir
               int base_depth, size_t set_begin, size_t set_end, bool local, WalkOutput out) {
   const std::vector<Vocabulary::Node>& nodes = v.nodes();
   const size_t threads_mark = arena.threads.size(), frames_mark = arena.frames.size();
-  // Per depth (relative to base_depth): the set's range and the frames it needs.
-  struct Level {
-    size_t begin, end, frames;
-  };
-  std::vector<Level> levels(static_cast<size_t>(v.max_depth() - base_depth + 2));
+  // Per depth (relative to base_depth).
+  std::vector<WalkLevel>& levels = arena.levels;
+  levels.resize(static_cast<size_t>(v.max_depth() - base_depth + 2));
   levels[0] = {set_begin, set_end, frames_mark};
-  std::vector<uint32_t>& mask = *out.mask;
+  uint32_t* mask = out.mask;
   int32_t i = first;
   while (i < last) {
     const Vocabulary::Node& n = nodes[i];
-    const Level& parent = levels[n.depth - base_depth - 1];
+    const WalkLevel& parent = levels[n.depth - base_depth - 1];
     arena.threads.resize(std::max(parent.end, threads_mark));
     arena.frames.resize(parent.frames);
     const size_t begin = arena.threads.size();
@@ -129,7 +127,7 @@ void WalkTrie(const Automaton& a, const Vocabulary& v, Arena& arena, int32_t fir
 
 void WalkTrieFromState(const Automaton& a, const Vocabulary& v, int32_t state, WalkOutput out) {
   const std::vector<Vocabulary::Node>& nodes = v.nodes();
-  std::vector<uint32_t>& mask = *out.mask;
+  uint32_t* mask = out.mask;
   std::vector<int32_t> at_depth(static_cast<size_t>(v.max_depth()) + 1);
   at_depth[0] = state;
   Arena arena;

@@ -35,10 +35,16 @@ struct Thread {
 // grammar's sets can grow with the input; no real grammar comes near).
 inline constexpr size_t kMaxThreadsPerSet = 4096;
 
+// Per depth of a trie walk: the set's range in Arena::threads and the frames it needs.
+struct WalkLevel {
+  size_t begin, end, frames;
+};
+
 struct Arena {
   std::vector<Frame> frames;
   std::vector<Thread> threads;
-  std::vector<Thread> work;  // AddClosure's worklist
+  std::vector<Thread> work;        // AddClosure's worklist
+  std::vector<WalkLevel> levels;   // WalkTrie's, kept to save an allocation per walk
   bool overflowed = false;
 };
 
@@ -52,7 +58,7 @@ bool Advance(const Automaton& a, Arena& arena, size_t from, size_t to, uint8_t b
 
 // What a trie walk found.
 struct WalkOutput {
-  std::vector<uint32_t>* mask = nullptr;  // bits of the tokens that can be read
+  uint32_t* mask = nullptr;               // bits of the tokens that can be read (mask_words())
   std::vector<int32_t>* exits = nullptr;  // local mode: nodes with children where the stack popped
 };
 
