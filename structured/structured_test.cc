@@ -14,6 +14,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "structured/automaton.h"
@@ -349,6 +350,14 @@ std::optional<std::string> RandomWalk(const std::shared_ptr<const CompiledGramma
       }
     }
     EXPECT_TRUE(m.AcceptToken(pick));
+    if (step % 5 == 4 && !v.is_eos(pick)) {
+      // Rollback restores the state exactly: the same mask, the same token accepted again.
+      std::vector<uint32_t> again(v.mask_words());
+      EXPECT_TRUE(m.Rollback(1));
+      m.FillNextTokenBitmask(again);
+      EXPECT_EQ(again, mask) << "after rolling back " << pick;
+      EXPECT_TRUE(m.AcceptToken(pick));
+    }
     if (v.is_eos(pick)) {
       EXPECT_TRUE(m.IsFinished());
       return out;
@@ -465,6 +474,27 @@ TEST(MatcherPropertyTest, MaskEqualsAcceptTokenOverTheWholeVocabulary) {
       ASSERT_TRUE(m.AcceptToken(pick));
     }
   }
+}
+
+// One compiled grammar shared by matchers on several threads (its mask cache filling from all of
+// them) gives each walk what it gives alone.
+TEST(MatcherTest, ACompiledGrammarIsSharedAcrossThreads) {
+  const GrammarSpec spec = Schema(R"({"type": "object", "properties": {"s": {"type": "string",
+      "maxLength": 6}, "n": {"type": "array", "items": {"type": "number"}}},
+      "required": ["s", "n"]})");
+  std::vector<std::string> alone;
+  for (uint32_t seed = 0; seed < 4; ++seed) {
+    alone.push_back(RandomWalk(MustCompile(spec, Qwen3Vocabulary()), seed, 10, 300).value_or("-"));
+  }
+  auto shared = MustCompile(spec, Qwen3Vocabulary());
+  std::vector<std::string> together(4);
+  std::vector<std::thread> threads;
+  for (uint32_t seed = 0; seed < 4; ++seed) {
+    threads.emplace_back(
+        [&, seed] { together[seed] = RandomWalk(shared, seed, 10, 300).value_or("-"); });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(together, alone);
 }
 
 TEST(MatcherTest, RollbackRestoresTheState) {
