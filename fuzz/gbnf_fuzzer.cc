@@ -11,7 +11,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace moeserve::structured;
   std::string_view text(reinterpret_cast<const char*>(data), size);
   GrammarSpec spec{GrammarSpec::Kind::kGrammar, std::string(text), {}};
-  if (!text.empty() && text[0] == '~') spec = {GrammarSpec::Kind::kRegex, std::string(text.substr(1)), {}};
+  if (!text.empty() && text[0] == '~')
+    spec = {GrammarSpec::Kind::kRegex, std::string(text.substr(1)), {}};
   auto g = Compile(spec, moeserve::fuzz::SmallStructuredVocabulary());
   if (g.ok()) moeserve::fuzz::CheckMatcher(*g, text);
   return 0;

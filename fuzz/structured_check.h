@@ -22,8 +22,8 @@ inline std::shared_ptr<const structured::Vocabulary> SmallStructuredVocabulary()
   static std::shared_ptr<const structured::Vocabulary> v = [] {
     std::vector<std::string> tokens;
     for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, static_cast<char>(b)));
-    for (const char* t : {"\":", "\",", "\"}", "{\"", "\": \"", "true", "null", "12", "-0.",
-                          "é", "\xe6\x97\xa5\xe6", "\x9c\xac", "a\"", "],", "xyz", "  ", "\\u00"}) {
+    for (const char* t : {"\":", "\",", "\"}", "{\"", "\": \"", "true", "null", "12", "-0.", "é",
+                          "\xe6\x97\xa5\xe6", "\x9c\xac", "a\"", "],", "xyz", "  ", "\\u00"}) {
       tokens.push_back(t);
     }
     tokens.push_back("");

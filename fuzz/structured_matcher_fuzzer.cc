@@ -21,7 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
          {}},
         {GrammarSpec::Kind::kRegex, R"((ab|é[0-9]{2,4}|\w+\.)*x?)", {}},
         {GrammarSpec::Kind::kGrammar,
-         "root ::= item+\nitem ::= \"(\" item* \")\" | [a-z\\u00e9] | \"\\\"\" [^\"]* \"\\\"\"", {}},
+         "root ::= item+\nitem ::= \"(\" item* \")\" | [a-z\\u00e9] | \"\\\"\" [^\"]* \"\\\"\"",
+         {}},
         {GrammarSpec::Kind::kChoice, "", {"yes", "no", "y", "\xe6\x97\xa5\xe6\x9c\xac"}},
     };
     std::vector<std::shared_ptr<const CompiledGrammar>> out;

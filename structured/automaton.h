@@ -24,8 +24,8 @@ struct Automaton {
   struct State {
     int32_t rule = 0;
     bool final = false;
-    bool has_bytes = false;   // some next[] entry is >= 0
-    uint32_t ref_begin = 0;   // refs[ref_begin, ref_end)
+    bool has_bytes = false;  // some next[] entry is >= 0
+    uint32_t ref_begin = 0;  // refs[ref_begin, ref_end)
     uint32_t ref_end = 0;
   };
   struct Call {
@@ -34,7 +34,7 @@ struct Automaton {
   };
 
   std::vector<State> states;
-  std::vector<int32_t> next;   // [states.size() * 256]
+  std::vector<int32_t> next;  // [states.size() * 256]
   std::vector<Call> refs;
   std::vector<int32_t> rule_start;  // per rule: its start state
   std::vector<std::string> rule_names;

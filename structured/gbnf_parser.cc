@@ -103,8 +103,8 @@ class GbnfParser {
 
   Result<Expr> ParseAlternatives(int depth) {
     if (depth > limits_.max_nesting) {
-      return Error(fmt::format("parentheses nested deeper than {} (max_nesting)",
-                               limits_.max_nesting));
+      return Error(
+          fmt::format("parentheses nested deeper than {} (max_nesting)", limits_.max_nesting));
     }
     std::vector<Expr> alts;
     ASSIGN_OR_RETURN(Expr first, ParseSequence(depth));
@@ -161,8 +161,9 @@ class GbnfParser {
         const char op = text_[pos_];
         if (op == '*' || op == '+' || op == '?') {
           ++pos_;
-          item = op == '*' ? Star(std::move(item)) : op == '+' ? Plus(std::move(item))
-                                                               : Opt(std::move(item));
+          item = op == '*'   ? Star(std::move(item))
+                 : op == '+' ? Plus(std::move(item))
+                             : Opt(std::move(item));
         } else if (op == '{') {
           ++pos_;
           ASSIGN_OR_RETURN(auto bounds, ParseBounds());
@@ -224,14 +225,27 @@ class GbnfParser {
       const char e = text_[pos_ + 1];
       pos_ += 2;
       switch (e) {
-        case 'n': return uint32_t{'\n'};
-        case 'r': return uint32_t{'\r'};
-        case 't': return uint32_t{'\t'};
-        case '\\': case '"': case '[': case ']': case '-': case '^': case '/': case '.':
+        case 'n':
+          return uint32_t{'\n'};
+        case 'r':
+          return uint32_t{'\r'};
+        case 't':
+          return uint32_t{'\t'};
+        case '\\':
+        case '"':
+        case '[':
+        case ']':
+        case '-':
+        case '^':
+        case '/':
+        case '.':
           return static_cast<uint32_t>(static_cast<uint8_t>(e));
-        case 'x': return ParseHex(2);
-        case 'u': return ParseHex(4);
-        case 'U': return ParseHex(8);
+        case 'x':
+          return ParseHex(2);
+        case 'u':
+          return ParseHex(4);
+        case 'U':
+          return ParseHex(8);
         default:
           pos_ -= 2;
           return Error(fmt::format("unknown escape '\\{}'", e));
@@ -247,8 +261,10 @@ class GbnfParser {
     for (int i = 0; i < digits; ++i) {
       if (pos_ >= text_.size()) return Error("unexpected end in a hex escape");
       const char c = text_[pos_];
-      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      int d = c >= '0' && c <= '9'   ? c - '0'
+              : c >= 'a' && c <= 'f' ? c - 'a' + 10
+              : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                     : -1;
       if (d < 0) return Error("expected a hex digit");
       v = v * 16 + d;
       ++pos_;

@@ -94,11 +94,12 @@ std::vector<CodeRange> NormalizeRanges(std::vector<CodeRange> ranges) {
       in.push_back(r);
     }
   }
-  std::sort(in.begin(), in.end(), [](const CodeRange& a, const CodeRange& b) { return a.lo < b.lo; });
+  std::sort(in.begin(), in.end(),
+            [](const CodeRange& a, const CodeRange& b) { return a.lo < b.lo; });
   std::vector<CodeRange> out;
   for (const CodeRange& r : in) {
-    if (!out.empty() && (r.lo <= out.back().hi + 1 ||
-                         (out.back().hi == 0xD7FF && r.lo == 0xE000))) {
+    if (!out.empty() &&
+        (r.lo <= out.back().hi + 1 || (out.back().hi == 0xD7FF && r.lo == 0xE000))) {
       out.back().hi = std::max(out.back().hi, r.hi);
     } else {
       out.push_back(r);
@@ -212,8 +213,8 @@ Status CheckExpr(const Grammar& g, const Expr& e, const Limits& limits, size_t& 
   if (e.kind == Expr::Kind::kRepeat) {
     if (e.min < 0 || e.min > limits.max_repeat || e.max > limits.max_repeat ||
         (e.max != Expr::kUnbounded && e.max < e.min)) {
-      return InvalidArgument("repetition {{{},{}}} out of bounds (0..{}, max_repeat)", e.min,
-                             e.max, limits.max_repeat);
+      return InvalidArgument("repetition {{{},{}}} out of bounds (0..{}, max_repeat)", e.min, e.max,
+                             limits.max_repeat);
     }
   }
   for (const Expr& c : e.children) RETURN_IF_ERROR(CheckExpr(g, c, limits, nodes));

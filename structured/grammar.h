@@ -3,7 +3,8 @@
 //
 //   GBNF text ----------(gbnf_parser)---.
 //   regex ---------------(regex_parser)--+--> Grammar (this file) --(automaton)--> Automaton
-//   JSON Schema ---------(json_schema)--'                                          (one DFA per rule)
+//   JSON Schema ---------(json_schema)--'                                          (one DFA per
+//   rule)
 //
 // A Grammar is a plain value: a list of named rules, each one Expr tree, and the root rule. Code
 // points are UTF-8 encoded when the automaton is built, so every matcher step is one byte (tokens
@@ -29,7 +30,7 @@ struct Limits {
   int max_repeat = 4096;               // m and n of {m,n}; minItems, maxLength, ...
   size_t max_expr_nodes = 200000;      // Expr nodes of the whole grammar, repetitions unrolled
   size_t max_rules = 4096;             // rules of the grammar
-  size_t max_nfa_states = 400000;      // Thompson automaton states, all rules
+  size_t max_nfa_states = 200000;      // Thompson automaton states, all rules (~100 B each)
   size_t max_dfa_states = 20000;       // deterministic states, all rules (1 KiB each)
   size_t max_dfa_work = 1000000;       // NFA states summed over the deterministic states' sets
   int max_ref_depth = 64;              // $ref chains resolved one into another
@@ -48,14 +49,14 @@ inline constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 
 struct Expr {
   enum class Kind {
-    kEmpty,   // matches ""
-    kBytes,   // the literal bytes `bytes`
-    kChars,   // one code point in `ranges` (UTF-8 encoded)
-    kByteSet, // one byte in `ranges` (each 0..255): raw bytes, for grammars over bytes
-    kRule,    // the rule `rule`
-    kSeq,     // children one after the other
-    kAlt,     // one of children
-    kRepeat,  // children[0] between min and max times (max = kUnbounded: no upper bound)
+    kEmpty,    // matches ""
+    kBytes,    // the literal bytes `bytes`
+    kChars,    // one code point in `ranges` (UTF-8 encoded)
+    kByteSet,  // one byte in `ranges` (each 0..255): raw bytes, for grammars over bytes
+    kRule,     // the rule `rule`
+    kSeq,      // children one after the other
+    kAlt,      // one of children
+    kRepeat,   // children[0] between min and max times (max = kUnbounded: no upper bound)
   };
   static constexpr int kUnbounded = -1;
 

@@ -2,8 +2,8 @@
 
 #include <cmath>
 #include <functional>
-#include <optional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -28,10 +28,9 @@ Expr HexDigit() { return Chars({{'0', '9'}, {'A', 'F'}, {'a', 'f'}}); }
 // \uXXXX without surrogates (a surrogate pair would count as one character, not two).
 Expr UnicodeEscape() {
   Expr h = HexDigit();
-  return Seq({Lit("\\u"),
-              Alt({Seq({Chars({{'0', '9'}, {'A', 'C'}, {'a', 'c'}}), h, h, h}),
-                   Seq({Chars({{'D', 'D'}, {'d', 'd'}}), Chars({{'0', '7'}}), h, h}),
-                   Seq({Chars({{'E', 'F'}, {'e', 'f'}}), h, h, h})})});
+  return Seq({Lit("\\u"), Alt({Seq({Chars({{'0', '9'}, {'A', 'C'}, {'a', 'c'}}), h, h, h}),
+                               Seq({Chars({{'D', 'D'}, {'d', 'd'}}), Chars({{'0', '7'}}), h, h}),
+                               Seq({Chars({{'E', 'F'}, {'e', 'f'}}), h, h, h})})});
 }
 
 // Characters a JSON string holds as themselves.
@@ -39,9 +38,15 @@ const std::vector<CodeRange> kPlainChars = {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, k
 
 // One character of a JSON string's contents: plain or escaped.
 Expr JsonChar() {
-  return Alt({Chars(kPlainChars), Seq({Lit("\\"), Chars({{'"', '"'}, {'\\', '\\'}, {'/', '/'},
-                                                          {'b', 'b'}, {'f', 'f'}, {'n', 'n'},
-                                                          {'r', 'r'}, {'t', 't'}})}),
+  return Alt({Chars(kPlainChars),
+              Seq({Lit("\\"), Chars({{'"', '"'},
+                                     {'\\', '\\'},
+                                     {'/', '/'},
+                                     {'b', 'b'},
+                                     {'f', 'f'},
+                                     {'n', 'n'},
+                                     {'r', 'r'},
+                                     {'t', 't'}})}),
               UnicodeEscape()});
 }
 
@@ -62,9 +67,9 @@ Expr ToJsonString(const Expr& e) {
     }
     return false;
   };
-  const std::pair<uint32_t, const char*> escapes[] = {
-      {'"', "\\\""}, {'\\', "\\\\"}, {'\n', "\\n"}, {'\t', "\\t"},
-      {'\r', "\\r"}, {'\b', "\\b"},  {'\f', "\\f"}};
+  const std::pair<uint32_t, const char*> escapes[] = {{'"', "\\\""}, {'\\', "\\\\"}, {'\n', "\\n"},
+                                                      {'\t', "\\t"}, {'\r', "\\r"},  {'\b', "\\b"},
+                                                      {'\f', "\\f"}};
   for (const auto& [c, text] : escapes) {
     if (has(c)) alts.push_back(Lit(text));
   }
@@ -75,21 +80,26 @@ Expr ToJsonString(const Expr& e) {
 // The regexes of `format`.
 const std::map<std::string, std::string>& Formats() {
   static const auto* formats = new std::map<std::string, std::string>{
-      {"date", R"([1-9]\d{3}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31))"},
-      {"time", R"((?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,6})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d))"},
-      {"date-time", R"([1-9]\d{3}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31)T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,6})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d))"},
+      {"date",
+       R"([1-9]\d{3}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31))"},
+      {"time",
+       R"((?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,6})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d))"},
+      {"date-time",
+       R"([1-9]\d{3}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31)T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,6})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d))"},
       {"email", R"([A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)"},
       {"uuid", R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
       {"uri", R"([a-zA-Z][a-zA-Z0-9+.-]*:[A-Za-z0-9._~:/?#@!$&'()*+,;=%-]*)"},
-      {"ipv4", R"((?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?:\.(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3})"},
-      {"hostname", R"([A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?){0,2})"},
+      {"ipv4",
+       R"((?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?:\.(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3})"},
+      {"hostname",
+       R"([A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?){0,2})"},
   };
   return *formats;
 }
 
 // ---- integer ranges as digit automata ----
 
-constexpr int64_t kNoBound = INT64_MAX;  // "unbounded" for the range helpers
+constexpr int64_t kNoBound = INT64_MAX;                // "unbounded" for the range helpers
 constexpr int64_t kMaxAbsBound = 1000000000000000000;  // 1e18
 
 int Digits(int64_t x) {
@@ -172,11 +182,10 @@ class SchemaCompiler {
     const int object = g_.AddRule("object");
     const int array = g_.AddRule("array");
     const Expr member = Seq({Ref(StringRule()), Lit(":"), Space(), Ref(value_)});
-    g_.bodies[object] = Seq(
-        {Lit("{"), Opt(Seq({member, Star(Seq({Lit(","), Space(), member}))})), Lit("}")});
-    g_.bodies[array] = Seq({Lit("["),
-                            Opt(Seq({Ref(value_), Star(Seq({Lit(","), Space(), Ref(value_)}))})),
-                            Lit("]")});
+    g_.bodies[object] =
+        Seq({Lit("{"), Opt(Seq({member, Star(Seq({Lit(","), Space(), member}))})), Lit("}")});
+    g_.bodies[array] = Seq(
+        {Lit("["), Opt(Seq({Ref(value_), Star(Seq({Lit(","), Space(), Ref(value_)}))})), Lit("]")});
     g_.bodies[value_] = Alt({Ref(object), Ref(array), Ref(StringRule()), Ref(NumberRule()),
                              Lit("true"), Lit("false"), Lit("null")});
     object_ = object;
@@ -251,14 +260,30 @@ class SchemaCompiler {
     }
     if (!s.is_object()) return Error(path, "a schema must be an object or a boolean");
     static const std::set<std::string> kAnnotations = {
-        "title",   "description", "default",  "examples",  "$schema", "$id",
-        "$comment", "deprecated", "readOnly", "writeOnly", "$defs",   "definitions"};
-    static const std::set<std::string> kKnown = {
-        "type",      "enum",      "const",       "anyOf",     "oneOf",
-        "allOf",     "$ref",      "properties",  "required",  "additionalProperties",
-        "items",     "prefixItems", "minItems",  "maxItems",  "minLength",
-        "maxLength", "pattern",   "format",      "minimum",   "maximum",
-        "exclusiveMinimum", "exclusiveMaximum"};
+        "title",    "description", "default",  "examples",  "$schema", "$id",
+        "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions"};
+    static const std::set<std::string> kKnown = {"type",
+                                                 "enum",
+                                                 "const",
+                                                 "anyOf",
+                                                 "oneOf",
+                                                 "allOf",
+                                                 "$ref",
+                                                 "properties",
+                                                 "required",
+                                                 "additionalProperties",
+                                                 "items",
+                                                 "prefixItems",
+                                                 "minItems",
+                                                 "maxItems",
+                                                 "minLength",
+                                                 "maxLength",
+                                                 "pattern",
+                                                 "format",
+                                                 "minimum",
+                                                 "maximum",
+                                                 "exclusiveMinimum",
+                                                 "exclusiveMaximum"};
     std::vector<std::string> keys;
     for (auto it = s.begin(); it != s.end(); ++it) {
       if (kAnnotations.count(it.key())) continue;
@@ -361,12 +386,21 @@ class SchemaCompiler {
   // Every keyword of one type (minLength, ...) belongs to a type the schema lists.
   Status KeywordsOf(const Json& s, const std::string& type, const std::string& path) {
     static const std::map<std::string, std::set<std::string>> kTypesOf = {
-        {"properties", {"object"}}, {"required", {"object"}}, {"additionalProperties", {"object"}},
-        {"items", {"array"}}, {"prefixItems", {"array"}}, {"minItems", {"array"}},
-        {"maxItems", {"array"}}, {"minLength", {"string"}}, {"maxLength", {"string"}},
-        {"pattern", {"string"}}, {"format", {"string"}},
-        {"minimum", {"number", "integer"}}, {"maximum", {"number", "integer"}},
-        {"exclusiveMinimum", {"number", "integer"}}, {"exclusiveMaximum", {"number", "integer"}}};
+        {"properties", {"object"}},
+        {"required", {"object"}},
+        {"additionalProperties", {"object"}},
+        {"items", {"array"}},
+        {"prefixItems", {"array"}},
+        {"minItems", {"array"}},
+        {"maxItems", {"array"}},
+        {"minLength", {"string"}},
+        {"maxLength", {"string"}},
+        {"pattern", {"string"}},
+        {"format", {"string"}},
+        {"minimum", {"number", "integer"}},
+        {"maximum", {"number", "integer"}},
+        {"exclusiveMinimum", {"number", "integer"}},
+        {"exclusiveMaximum", {"number", "integer"}}};
     std::set<std::string> listed = {type};
     if (s.contains("type") && s["type"].is_array()) {
       for (const Json& t : s["type"]) listed.insert(t.get<std::string>());
@@ -376,7 +410,8 @@ class SchemaCompiler {
       if (owners == kTypesOf.end()) continue;
       bool ok = false;
       for (const std::string& t : owners->second) ok |= listed.count(t) > 0;
-      if (!ok) return Error(path, fmt::format("keyword '{}' does not apply to type {}", it.key(), type));
+      if (!ok)
+        return Error(path, fmt::format("keyword '{}' does not apply to type {}", it.key(), type));
     }
     return OkStatus();
   }
@@ -395,14 +430,15 @@ class SchemaCompiler {
 
   Result<int> Count(const Json& s, const char* keyword, const std::string& path) {
     const Json& v = s[keyword];
-    if (!v.is_number_integer() && !(v.is_number_float() && v.get<double>() == std::floor(v.get<double>()))) {
+    if (!v.is_number_integer() &&
+        !(v.is_number_float() && v.get<double>() == std::floor(v.get<double>()))) {
       return Error(path, fmt::format("{} must be an integer", keyword));
     }
     const double d = v.get<double>();
     if (d < 0) return Error(path, fmt::format("{} must not be negative", keyword));
     if (d > limits_.max_repeat) {
-      return Error(path, fmt::format("{} of {} is above {} (max_repeat)", keyword, d,
-                                     limits_.max_repeat));
+      return Error(
+          path, fmt::format("{} of {} is above {} (max_repeat)", keyword, d, limits_.max_repeat));
     }
     return static_cast<int>(d);
   }
@@ -506,7 +542,8 @@ class SchemaCompiler {
         by_first[n[0]].push_back(n.substr(1));
       }
     }
-    const std::vector<CodeRange> plain = IntersectRanges(kPlainChars, ComplementRanges({{'\\', '\\'}}));
+    const std::vector<CodeRange> plain =
+        IntersectRanges(kPlainChars, ComplementRanges({{'\\', '\\'}}));
     std::vector<Expr> alts;
     if (!has_empty) alts.push_back(Empty());
     std::vector<CodeRange> firsts;
@@ -531,11 +568,11 @@ class SchemaCompiler {
       const Json& p = s["properties"];
       if (!p.is_object()) return Error(path, "properties must be an object");
       for (auto it = p.begin(); it != p.end(); ++it) {
-        ASSIGN_OR_RETURN(Expr value,
-                         Schema(it.value(), depth + 1, ref_depth, path + "/properties/" + it.key()));
+        ASSIGN_OR_RETURN(
+            Expr value, Schema(it.value(), depth + 1, ref_depth, path + "/properties/" + it.key()));
         ASSIGN_OR_RETURN(int rule, NewRule("property " + it.key(), std::move(value)));
-        props.push_back({it.key(), Seq({Lit(Json(it.key()).dump()), Lit(":"), Space(), Ref(rule)}),
-                         false});
+        props.push_back(
+            {it.key(), Seq({Lit(Json(it.key()).dump()), Lit(":"), Space(), Ref(rule)}), false});
       }
     }
     if (s.contains("required")) {
@@ -558,7 +595,8 @@ class SchemaCompiler {
     if (s.contains("additionalProperties")) {
       const Json& a = s["additionalProperties"];
       if (!(a.is_boolean() && !a.get<bool>())) {
-        ASSIGN_OR_RETURN(Expr value, Schema(a, depth + 1, ref_depth, path + "/additionalProperties"));
+        ASSIGN_OR_RETURN(Expr value,
+                         Schema(a, depth + 1, ref_depth, path + "/additionalProperties"));
         ASSIGN_OR_RETURN(int value_rule, NewRule("additional value", std::move(value)));
         std::vector<std::u32string> names;
         for (const Property& p : props) {
@@ -569,8 +607,8 @@ class SchemaCompiler {
           while (i < text.size()) u += static_cast<char32_t>(DecodeUtf8(text, &i));
           names.push_back(std::move(u));
         }
-        ASSIGN_OR_RETURN(int key_rule, NewRule("additional key",
-                                               Seq({Lit("\""), KeyNotIn(names), Lit("\"")})));
+        ASSIGN_OR_RETURN(int key_rule,
+                         NewRule("additional key", Seq({Lit("\""), KeyNotIn(names), Lit("\"")})));
         extra = Seq({Ref(key_rule), Lit(":"), Space(), Ref(value_rule)});
       }
     }
@@ -579,9 +617,7 @@ class SchemaCompiler {
     std::map<std::pair<size_t, bool>, int> rest_rules;
     const size_t n = props.size();
     std::function<Result<Expr>(size_t, bool)> rest = [&](size_t i, bool first) -> Result<Expr> {
-      auto member = [&](const Expr& m) {
-        return first ? m : Seq({Lit(","), Space(), m});
-      };
+      auto member = [&](const Expr& m) { return first ? m : Seq({Lit(","), Space(), m}); };
       if (i == n) {
         if (!extra) return Empty();
         const Expr more = Star(Seq({Lit(","), Space(), *extra}));
@@ -593,7 +629,8 @@ class SchemaCompiler {
       }
       auto key = std::make_pair(i, first);
       if (auto it = rest_rules.find(key); it != rest_rules.end()) return Ref(it->second);
-      ASSIGN_OR_RETURN(const int rule, NewRule(fmt::format("{} members from {}", path, i), Empty()));
+      ASSIGN_OR_RETURN(const int rule,
+                       NewRule(fmt::format("{} members from {}", path, i), Empty()));
       rest_rules[key] = rule;
       ASSIGN_OR_RETURN(Expr with_tail, rest(i + 1, false));
       ASSIGN_OR_RETURN(Expr without, rest(i + 1, first));
@@ -619,8 +656,8 @@ class SchemaCompiler {
       const Json& p = s["prefixItems"];
       if (!p.is_array()) return Error(path, "prefixItems must be a list");
       for (size_t i = 0; i < p.size(); ++i) {
-        ASSIGN_OR_RETURN(Expr e, Schema(p[i], depth + 1, ref_depth,
-                                        fmt::format("{}/prefixItems/{}", path, i)));
+        ASSIGN_OR_RETURN(
+            Expr e, Schema(p[i], depth + 1, ref_depth, fmt::format("{}/prefixItems/{}", path, i)));
         ASSIGN_OR_RETURN(int rule, NewRule(fmt::format("{} item {}", path, i), std::move(e)));
         prefix.push_back(Ref(rule));
       }
@@ -646,8 +683,10 @@ class SchemaCompiler {
     if (!item && more_min > 0) return Error(path, "minItems needs more items than allowed");
     std::vector<Expr> parts = {Lit("[")};
     if (k > 0) {
-      for (int i = 0; i < k; ++i) parts.push_back(i == 0 ? prefix[0] : Seq({Lit(","), Space(), prefix[i]}));
-      if (item && more_max != 0) parts.push_back(Repeat(Seq({Lit(","), Space(), *item}), more_min, more_max));
+      for (int i = 0; i < k; ++i)
+        parts.push_back(i == 0 ? prefix[0] : Seq({Lit(","), Space(), prefix[i]}));
+      if (item && more_max != 0)
+        parts.push_back(Repeat(Seq({Lit(","), Space(), *item}), more_min, more_max));
     } else if (item && more_max != 0) {
       Expr list = Seq({*item, Repeat(Seq({Lit(","), Space(), *item}), std::max(0, more_min - 1),
                                      more_max == Expr::kUnbounded ? more_max : more_max - 1)});
@@ -674,8 +713,8 @@ class SchemaCompiler {
 
   Result<Expr> RefRule(const Json& ref, int depth, int ref_depth, const std::string& path) {
     if (ref_depth >= limits_.max_ref_depth) {
-      return Error(path, fmt::format("$ref chain deeper than {} (max_ref_depth)",
-                                     limits_.max_ref_depth));
+      return Error(path,
+                   fmt::format("$ref chain deeper than {} (max_ref_depth)", limits_.max_ref_depth));
     }
     ASSIGN_OR_RETURN(const Json* target, Resolve(ref, path));
     const std::string key = ref.get<std::string>();

@@ -24,7 +24,7 @@ std::shared_ptr<const CompiledGrammar::StateMask> CompiledGrammar::MaskOf(int32_
   const Vocabulary& v = *vocabulary_;
   auto m = std::make_shared<StateMask>();
   std::vector<uint32_t> bits(v.mask_words(), 0);
-  internal::WalkTrieFromState(automaton_, v, state, {bits.data(), &m->exits});
+  m->overflowed = !internal::WalkTrieFromState(automaton_, v, state, {bits.data(), &m->exits});
   size_t count = 0;
   for (uint32_t w : bits) count += __builtin_popcount(w);
   if (count * 32 > static_cast<size_t>(v.size())) {
@@ -67,6 +67,8 @@ void Matcher::FillNextTokenBitmask(std::span<uint32_t> mask) {
   const Automaton& a = grammar_->automaton();
   std::fill(mask.begin(), mask.end(), 0u);
   if (mask.size() < v.mask_words()) return;  // too short for the vocabulary: nothing allowed
+  if (arena_.overflowed) return;
+  arena_.work_done = 0;
   const Step step = steps_.back();
   auto set_eos = [&] {
     for (int32_t id : v.eos_ids()) mask[id >> 5] |= 1u << (id & 31);
@@ -82,6 +84,7 @@ void Matcher::FillNextTokenBitmask(std::span<uint32_t> mask) {
     if (!a.states[t.state].has_bytes) continue;
     const std::shared_ptr<const CompiledGrammar::StateMask> cached = grammar_->MaskOf(t.state);
     const CompiledGrammar::StateMask& m = *cached;
+    if (m.overflowed) arena_.overflowed = true;
     if (std::find(seen_states_.begin(), seen_states_.end(), t.state) == seen_states_.end()) {
       seen_states_.push_back(t.state);
       if (!m.bits.empty()) {
@@ -106,12 +109,17 @@ void Matcher::FillNextTokenBitmask(std::span<uint32_t> mask) {
     arena_.threads.resize(step.end);
     arena_.frames.resize(step.frames);
   }
+  if (arena_.overflowed) {
+    std::fill(mask.begin(), mask.end(), 0u);
+    return;
+  }
   if (step.can_end) set_eos();
 }
 
 bool Matcher::AcceptBytes(std::string_view bytes) {
   const Step step = steps_.back();
-  if (step.finished || bytes.empty()) return false;
+  if (step.finished || bytes.empty() || arena_.overflowed) return false;
+  arena_.work_done = 0;
   const Automaton& a = grammar_->automaton();
   size_t from = step.begin, to = step.end;
   bool popped = false;
@@ -120,6 +128,7 @@ bool Matcher::AcceptBytes(std::string_view bytes) {
     popped = Advance(a, arena_, from, to, static_cast<uint8_t>(bytes[k]));
     from = begin;
     to = arena_.threads.size();
+    if (arena_.overflowed) return false;
     // An empty set is the end only when the root rule completed with the last byte.
     if (from == to && !(popped && k + 1 == bytes.size())) {
       arena_.threads.resize(step.end);
@@ -141,7 +150,7 @@ bool Matcher::AcceptToken(int32_t id) {
   if (id < 0 || id >= v.size()) return false;
   if (v.is_eos(id)) {
     Step step = steps_.back();
-    if (!step.can_end) return false;
+    if (!step.can_end || arena_.overflowed) return false;
     // EOS reads nothing: the same set, now finished.
     step.finished = true;
     steps_.push_back(step);

@@ -40,9 +40,10 @@ class CompiledGrammar {
 
   // What state `state` reads on its own, its caller unknown.
   struct StateMask {
-    std::vector<uint32_t> bits;    // the accepted tokens as a mask, when many...
-    std::vector<int32_t> tokens;   // ...or as a list, when few (bits empty)
-    std::vector<int32_t> exits;    // trie nodes (with children) where the rule returned
+    std::vector<uint32_t> bits;   // the accepted tokens as a mask, when many...
+    std::vector<int32_t> tokens;  // ...or as a list, when few (bits empty)
+    std::vector<int32_t> exits;   // trie nodes (with children) where the rule returned
+    bool overflowed = false;      // the walk hit a bound of pda_walk.h: the grammar is refused
   };
   // Computed on first use, then cached and shared while the cache holds less than
   // kMaxMaskCacheBytes (past that, computed each time: a grammar cannot grow memory without
@@ -78,7 +79,9 @@ class Matcher {
   bool CanEnd() const;
   // EOS was accepted.
   bool IsFinished() const;
-  // A parser set outgrew kMaxThreadsPerSet (a highly ambiguous grammar): masks may be too narrow.
+  // The grammar proved too ambiguous: a parser set or a step's work passed the bounds of
+  // pda_walk.h. Sticky: from then on masks are empty (not even EOS) and AcceptToken refuses; the
+  // request must end with an error ("grammar too ambiguous").
   bool overflowed() const { return arena_.overflowed; }
   // Tokens accepted and not rolled back.
   int num_tokens() const { return static_cast<int>(steps_.size()) - 1; }

@@ -13,7 +13,8 @@ bool SameStack(const std::vector<Frame>& frames, int32_t x, int32_t y) {
   return true;
 }
 
-bool Contains(const Arena& arena, size_t begin, Thread t) {
+bool Contains(Arena& arena, size_t begin, Thread t) {
+  arena.work_done += arena.threads.size() - begin + 1;
   for (size_t i = begin; i < arena.threads.size(); ++i) {
     const Thread& u = arena.threads[i];
     if (u.state == t.state && SameStack(arena.frames, u.stack, t.stack)) return true;
@@ -24,6 +25,11 @@ bool Contains(const Arena& arena, size_t begin, Thread t) {
 }  // namespace
 
 bool AddClosure(const Automaton& a, Arena& arena, size_t set_begin, Thread t) {
+  if (arena.overflowed) return false;
+  if (arena.work_done > kMaxWorkPerCall) {
+    arena.overflowed = true;
+    return false;
+  }
   if (!a.NeedsClosure(t.state)) {
     // The common case: a state that only reads bytes.
     if (Contains(arena, set_begin, t)) return false;
@@ -42,6 +48,10 @@ bool AddClosure(const Automaton& a, Arena& arena, size_t set_begin, Thread t) {
     const Thread u = work.back();
     work.pop_back();
     if (Contains(arena, set_begin, u)) continue;
+    if (arena.work_done > kMaxWorkPerCall) {
+      arena.overflowed = true;
+      return popped;
+    }
     if (arena.threads.size() - set_begin >= kMaxThreadsPerSet) {
       arena.overflowed = true;
       return popped;
@@ -88,7 +98,7 @@ void WalkTrie(const Automaton& a, const Vocabulary& v, Arena& arena, int32_t fir
   levels[0] = {set_begin, set_end, frames_mark};
   uint32_t* mask = out.mask;
   int32_t i = first;
-  while (i < last) {
+  while (i < last && !arena.overflowed) {
     const Vocabulary::Node& n = nodes[i];
     const WalkLevel& parent = levels[n.depth - base_depth - 1];
     arena.threads.resize(std::max(parent.end, threads_mark));
@@ -125,7 +135,7 @@ void WalkTrie(const Automaton& a, const Vocabulary& v, Arena& arena, int32_t fir
   arena.frames.resize(frames_mark);
 }
 
-void WalkTrieFromState(const Automaton& a, const Vocabulary& v, int32_t state, WalkOutput out) {
+bool WalkTrieFromState(const Automaton& a, const Vocabulary& v, int32_t state, WalkOutput out) {
   const std::vector<Vocabulary::Node>& nodes = v.nodes();
   uint32_t* mask = out.mask;
   std::vector<int32_t> at_depth(static_cast<size_t>(v.max_depth()) + 1);
@@ -146,6 +156,7 @@ void WalkTrieFromState(const Automaton& a, const Vocabulary& v, int32_t state, W
       arena.threads.assign(1, {from, -1});
       arena.frames.clear();
       WalkTrie(a, v, arena, i, n.end, n.depth - 1, 0, 1, /*local=*/true, out);
+      if (arena.overflowed) return false;
       i = n.end;
       continue;
     }
@@ -153,6 +164,7 @@ void WalkTrieFromState(const Automaton& a, const Vocabulary& v, int32_t state, W
     at_depth[n.depth] = next;
     ++i;
   }
+  return true;
 }
 
 }  // namespace moeserve::structured::internal

@@ -31,9 +31,12 @@ struct Thread {
   int32_t stack;  // top frame, or -1
 };
 
-// Threads in one set, past which the set stops growing and overflowed is set (an ambiguous
-// grammar's sets can grow with the input; no real grammar comes near).
-inline constexpr size_t kMaxThreadsPerSet = 4096;
+// Bounds on an ambiguous grammar, whose parser sets can grow with the input (no real grammar
+// comes near): threads in one set, and threads compared or added in one call of the matcher or
+// one per-state mask walk (tens of milliseconds). Past either, Arena::overflowed is set and the
+// work stops.
+inline constexpr size_t kMaxThreadsPerSet = 1024;
+inline constexpr size_t kMaxWorkPerCall = 4000000;
 
 // Per depth of a trie walk: the set's range in Arena::threads and the frames it needs.
 struct WalkLevel {
@@ -43,9 +46,10 @@ struct WalkLevel {
 struct Arena {
   std::vector<Frame> frames;
   std::vector<Thread> threads;
-  std::vector<Thread> work;        // AddClosure's worklist
-  std::vector<WalkLevel> levels;   // WalkTrie's, kept to save an allocation per walk
-  bool overflowed = false;
+  std::vector<Thread> work;       // AddClosure's worklist
+  std::vector<WalkLevel> levels;  // WalkTrie's, kept to save an allocation per walk
+  size_t work_done = 0;           // threads compared and added since the caller reset it
+  bool overflowed = false;        // a bound was hit: sets are incomplete
 };
 
 // Appends to arena.threads the closure of t (t and every thread reached without reading a byte),
@@ -71,7 +75,8 @@ void WalkTrie(const Automaton& a, const Vocabulary& v, Arena& arena, int32_t fir
 
 // The walk of the whole trie from one state with an unknown caller (local mode), what
 // CompiledGrammar caches: a tight loop over one DFA state per depth while the path stays inside
-// the state's rule without calls or returns, WalkTrie for the subtrees where it does not.
-void WalkTrieFromState(const Automaton& a, const Vocabulary& v, int32_t state, WalkOutput out);
+// the state's rule without calls or returns, WalkTrie for the subtrees where it does not. False
+// when a bound was hit (the output is incomplete).
+bool WalkTrieFromState(const Automaton& a, const Vocabulary& v, int32_t state, WalkOutput out);
 
 }  // namespace moeserve::structured::internal

@@ -141,8 +141,8 @@ class RegexParser {
         ++pos_;
         if (!AtEnd() && p_[pos_] == ':') {
           ++pos_;
-        } else if (!AtEnd() && (p_[pos_] == 'P' || p_[pos_] == '<') &&
-                   p_.substr(pos_, 2) != "<=" && p_.substr(pos_, 2) != "<!") {
+        } else if (!AtEnd() && (p_[pos_] == 'P' || p_[pos_] == '<') && p_.substr(pos_, 2) != "<=" &&
+                   p_.substr(pos_, 2) != "<!") {
           if (p_[pos_] == 'P') ++pos_;
           if (AtEnd() || p_[pos_] != '<') return Error("unsupported group (?P...)");
           while (!AtEnd() && p_[pos_] != '>') ++pos_;
@@ -184,9 +184,18 @@ class RegexParser {
       ranges->insert(ranges->end(), r.begin(), r.end());
     };
     switch (e) {
-      case 'd': *shorthand = true; add(kDigit); return OkStatus();
-      case 'w': *shorthand = true; add(kWord); return OkStatus();
-      case 's': *shorthand = true; add(kSpace); return OkStatus();
+      case 'd':
+        *shorthand = true;
+        add(kDigit);
+        return OkStatus();
+      case 'w':
+        *shorthand = true;
+        add(kWord);
+        return OkStatus();
+      case 's':
+        *shorthand = true;
+        add(kSpace);
+        return OkStatus();
       case 'D':
         *shorthand = true;
         add(IntersectRanges(ComplementRanges(kDigit), kAscii));
@@ -199,20 +208,36 @@ class RegexParser {
         *shorthand = true;
         add(IntersectRanges(ComplementRanges(kPythonSpace), kAscii));
         return OkStatus();
-      case 'n': add({{'\n', '\n'}}); return OkStatus();
-      case 't': add({{'\t', '\t'}}); return OkStatus();
-      case 'r': add({{'\r', '\r'}}); return OkStatus();
-      case 'f': add({{'\f', '\f'}}); return OkStatus();
-      case 'v': add({{'\v', '\v'}}); return OkStatus();
-      case '0': add({{0, 0}}); return OkStatus();
-      case 'x': case 'u': case 'U': {
+      case 'n':
+        add({{'\n', '\n'}});
+        return OkStatus();
+      case 't':
+        add({{'\t', '\t'}});
+        return OkStatus();
+      case 'r':
+        add({{'\r', '\r'}});
+        return OkStatus();
+      case 'f':
+        add({{'\f', '\f'}});
+        return OkStatus();
+      case 'v':
+        add({{'\v', '\v'}});
+        return OkStatus();
+      case '0':
+        add({{0, 0}});
+        return OkStatus();
+      case 'x':
+      case 'u':
+      case 'U': {
         const int digits = e == 'x' ? 2 : e == 'u' ? 4 : 8;
         uint32_t v = 0;
         for (int i = 0; i < digits; ++i) {
           if (AtEnd()) return Error("unterminated hex escape");
           const char c = p_[pos_++];
-          const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                        : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+          const int d = c >= '0' && c <= '9'   ? c - '0'
+                        : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                        : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                               : -1;
           if (d < 0) return Error("expected a hex digit");
           v = v * 16 + d;
         }

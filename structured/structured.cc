@@ -37,11 +37,16 @@ Result<Grammar> ChoiceGrammar(const std::vector<std::string>& choices, const Lim
 
 Result<Grammar> SpecToGrammar(const GrammarSpec& spec, const Limits& limits) {
   switch (spec.kind) {
-    case GrammarSpec::Kind::kJsonSchema: return JsonSchemaGrammar(spec.text, limits);
-    case GrammarSpec::Kind::kJsonObject: return JsonObjectGrammar();
-    case GrammarSpec::Kind::kRegex: return RegexGrammar(spec.text, limits);
-    case GrammarSpec::Kind::kChoice: return ChoiceGrammar(spec.choices, limits);
-    case GrammarSpec::Kind::kGrammar: return ParseGbnf(spec.text, limits);
+    case GrammarSpec::Kind::kJsonSchema:
+      return JsonSchemaGrammar(spec.text, limits);
+    case GrammarSpec::Kind::kJsonObject:
+      return JsonObjectGrammar();
+    case GrammarSpec::Kind::kRegex:
+      return RegexGrammar(spec.text, limits);
+    case GrammarSpec::Kind::kChoice:
+      return ChoiceGrammar(spec.choices, limits);
+    case GrammarSpec::Kind::kGrammar:
+      return ParseGbnf(spec.text, limits);
   }
   return Internal("unknown spec kind");
 }

@@ -6,11 +6,12 @@
 // Prints per schema and overall mean / p50 / p99. A program, not a test.
 //
 //   structured_benchmark [SCHEMAS.jsonl] [walks per schema]
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -84,19 +85,19 @@ int main(int argc, char** argv) {
   const std::string schemas_path =
       argc > 1 ? argv[1] : std::string(MOESERVE_SOURCE_DIR) + "/structured/testdata/schemas.jsonl";
   const int walks = argc > 2 ? std::atoi(argv[2]) : 4;
-  auto tok = tokenizer::Tokenizer::LoadFromDir(std::string(MOESERVE_TESTDATA_DIR) +
-                                               "/qwen3-tokenizer");
+  auto tok =
+      tokenizer::Tokenizer::LoadFromDir(std::string(MOESERVE_TESTDATA_DIR) + "/qwen3-tokenizer");
   if (!tok.ok()) {
     std::fprintf(stderr, "%s\n", tok.status().ToString().c_str());
     return 1;
   }
-  auto vocab = Vocabulary::FromTokenizer(**tok, {*(*tok)->TokenToId("<|im_end|>"),
-                                                 *(*tok)->TokenToId("<|endoftext|>")});
+  auto vocab = Vocabulary::FromTokenizer(
+      **tok, {*(*tok)->TokenToId("<|im_end|>"), *(*tok)->TokenToId("<|endoftext|>")});
   if (!vocab.ok()) return 1;
   std::printf("vocabulary: %d ids, trie of %zu nodes\n\n", (*vocab)->size(),
               (*vocab)->nodes().size());
-  std::printf("%-20s %8s %7s %8s %9s %9s %9s %9s %9s\n", "schema", "compile", "states",
-              "steps", "cold mean", "warm mean", "warm p50", "warm p99", "cold max");
+  std::printf("%-20s %8s %7s %8s %9s %9s %9s %9s %9s\n", "schema", "compile", "states", "steps",
+              "cold mean", "warm mean", "warm p50", "warm p99", "cold max");
   std::ifstream in(schemas_path);
   std::string line;
   Stats compile_all, cold_all, warm_all;
@@ -131,9 +132,10 @@ int main(int argc, char** argv) {
               compile_all.Pct(1.0));
   std::printf("mask per token, cold (first request): mean %.1f us, p50 %.1f us, p99 %.1f us\n",
               cold_all.Mean(), cold_all.Pct(0.5), cold_all.Pct(0.99));
-  std::printf("mask per token, warm (later requests): mean %.1f us, p50 %.1f us, p99 %.1f us "
-              "(%zu steps)\n",
-              warm_all.Mean(), warm_all.Pct(0.5), warm_all.Pct(0.99), warm_all.v.size());
+  std::printf(
+      "mask per token, warm (later requests): mean %.1f us, p50 %.1f us, p99 %.1f us "
+      "(%zu steps)\n",
+      warm_all.Mean(), warm_all.Pct(0.5), warm_all.Pct(0.99), warm_all.v.size());
   // What a hostile spec costs before it is refused (or compiled): the worst cases of the limits.
   std::printf("\nhostile specs (compile wall time, result):\n");
   std::string nested_json = "{}";
@@ -142,22 +144,31 @@ int main(int argc, char** argv) {
       {"DFA blow-up (a|b)*a(a|b){13}", {GrammarSpec::Kind::kRegex, "(a|b)*a(a|b){13}", {}}},
       {"DFA blow-up (a|b)*a(a|b){20}", {GrammarSpec::Kind::kRegex, "(a|b)*a(a|b){20}", {}}},
       {"repeat nesting ((a{50}){50}){50}", {GrammarSpec::Kind::kRegex, "((a{50}){50}){50}", {}}},
-      {"alternatives a{1}|a{2}|...|a{300}", {GrammarSpec::Kind::kRegex, [] {
-         std::string r;
-         for (int i = 1; i <= 300; ++i) r += (i > 1 ? "|" : "") + std::string("a{") + std::to_string(i) + "}";
-         return r;
-       }(), {}}},
+      {"alternatives a{1}|a{2}|...|a{300}",
+       {GrammarSpec::Kind::kRegex,
+        [] {
+          std::string r;
+          for (int i = 1; i <= 300; ++i)
+            r += (i > 1 ? "|" : "") + std::string("a{") + std::to_string(i) + "}";
+          return r;
+        }(),
+        {}}},
       {".{0,4000}", {GrammarSpec::Kind::kRegex, ".{0,4000}", {}}},
       {"(a?){2000}a{2000}", {GrammarSpec::Kind::kRegex, "(a?){2000}a{2000}", {}}},
       {"(.*a){30}", {GrammarSpec::Kind::kRegex, "(.*a){30}", {}}},
       {"(.{0,60}){60}", {GrammarSpec::Kind::kRegex, "(.{0,60}){60}", {}}},
-      {"string maxLength 4000", {GrammarSpec::Kind::kJsonSchema, R"({"type": "string", "maxLength": 4000})", {}}},
+      {"string maxLength 4000",
+       {GrammarSpec::Kind::kJsonSchema, R"({"type": "string", "maxLength": 4000})", {}}},
       {"array 60 deep", {GrammarSpec::Kind::kJsonSchema, nested_json, {}}},
-      {"enum of 4096", {GrammarSpec::Kind::kJsonSchema, [] {
-         std::string e = R"({"enum": [)";
-         for (int i = 0; i < 4096; ++i) e += (i ? "," : "") + std::string("\"value number ") + std::to_string(i) + "\"";
-         return e + "]}";
-       }(), {}}},
+      {"enum of 4096",
+       {GrammarSpec::Kind::kJsonSchema,
+        [] {
+          std::string e = R"({"enum": [)";
+          for (int i = 0; i < 4096; ++i)
+            e += (i ? "," : "") + std::string("\"value number ") + std::to_string(i) + "\"";
+          return e + "]}";
+        }(),
+        {}}},
   };
   for (const auto& [name, spec] : hostile) {
     const auto t0 = Clock::now();
@@ -166,6 +177,20 @@ int main(int argc, char** argv) {
     std::printf("  %-36s %8.1f ms  %s\n", name, ms,
                 g.ok() ? fmt::format("{} states", (*g)->automaton().states.size()).c_str()
                        : g.status().message().c_str());
+  }
+  // Ambiguous grammars: the parser's sets grow with the input (bounded by kMaxThreadsPerSet).
+  std::printf("\nambiguous grammars (mask time over a walk of 40 tokens):\n");
+  for (const char* gbnf : {"root ::= a\na ::= \"x\" a | \"x\" a a | \"\"",
+                           "root ::= (b | b b)*\nb ::= [a-z]+ | [a-z]* [a-z]"}) {
+    auto g = Compile({GrammarSpec::Kind::kGrammar, gbnf, {}}, *vocab);
+    if (!g.ok()) {
+      std::printf("  refused: %s\n", g.status().message().c_str());
+      continue;
+    }
+    Stats s;
+    Walk(*g, 1, 40, 40, s);
+    std::printf("  %-48s mean %9.1f us, max %9.1f us over %zu steps\n",
+                std::string(gbnf).substr(0, 48).c_str(), s.Mean(), s.Pct(1.0), s.v.size());
   }
   return 0;
 }

@@ -40,8 +40,8 @@ std::string ReadFile(const std::string& path) {
 // ending, loaded once.
 std::shared_ptr<const Vocabulary> Qwen3Vocabulary() {
   static std::shared_ptr<const Vocabulary> vocab = [] {
-    auto tok = tokenizer::Tokenizer::LoadFromDir(std::string(MOESERVE_TESTDATA_DIR) +
-                                                 "/qwen3-tokenizer");
+    auto tok =
+        tokenizer::Tokenizer::LoadFromDir(std::string(MOESERVE_TESTDATA_DIR) + "/qwen3-tokenizer");
     EXPECT_TRUE(tok.ok()) << tok.status().ToString();
     std::vector<int32_t> eos = {*(*tok)->TokenToId("<|im_end|>"),
                                 *(*tok)->TokenToId("<|endoftext|>")};
@@ -198,7 +198,7 @@ TEST(RegexTest, MatchesWhatPythonMatches) {
   EXPECT_FALSE(Accepts(Regex("[a-z]+@[a-z]+\\.(com|org)"), "ab@cd.net"));
   EXPECT_TRUE(Accepts(Regex("\\d{2,3}x{,2}"), "123xx"));
   EXPECT_FALSE(Accepts(Regex("\\d{2,3}"), "1234"));
-  EXPECT_TRUE(Accepts(Regex("a{"), "a{"));          // not a quantifier: literal
+  EXPECT_TRUE(Accepts(Regex("a{"), "a{"));  // not a quantifier: literal
   EXPECT_TRUE(Accepts(Regex("[^\\d]+"), "ab"));
   EXPECT_FALSE(Accepts(Regex("[^\\d]+"), "a\u0663"));  // Arabic-Indic 3: Python's \d has it
   EXPECT_TRUE(Accepts(Regex(".+"), "日本"));
@@ -223,7 +223,7 @@ TEST(JsonSchemaTest, AcceptsValidAndRefusesInvalidText) {
   EXPECT_FALSE(Accepts(Schema(person), R"({"name": "Ann", "age": 151})"));
   EXPECT_FALSE(Accepts(Schema(person), R"({"age": 1})"));
   EXPECT_FALSE(Accepts(Schema(person), R"({"name": "Ann",  "age": 1})"));  // two spaces
-  EXPECT_FALSE(Accepts(Schema(person), R"({"name": "Ann", "x": 1})"));  // strict by default
+  EXPECT_FALSE(Accepts(Schema(person), R"({"name": "Ann", "x": 1})"));     // strict by default
   const std::string open = R"({"type": "object", "properties": {"a": {"type": "integer"}},
       "additionalProperties": {"type": "string"}})";
   EXPECT_TRUE(Accepts(Schema(open), R"({"a": 1, "ab": "x", "b": "y"})"));
@@ -231,11 +231,11 @@ TEST(JsonSchemaTest, AcceptsValidAndRefusesInvalidText) {
   // Fractions only where every value they can take is inside: -1.25 is not written (-1.x could
   // pass -1.5), -0.25 and 1.75 are.
   for (const char* x : {"-0.25", "1.75", "-1", "0"}) {
-    EXPECT_TRUE(Accepts(Schema(R"({"type": "number", "minimum": -1.5, "exclusiveMaximum": 2})"),
-                        x)) << x;
+    EXPECT_TRUE(Accepts(Schema(R"({"type": "number", "minimum": -1.5, "exclusiveMaximum": 2})"), x))
+        << x;
   }
-  EXPECT_FALSE(Accepts(Schema(R"({"type": "number", "minimum": -1.5, "exclusiveMaximum": 2})"),
-                       "2"));
+  EXPECT_FALSE(
+      Accepts(Schema(R"({"type": "number", "minimum": -1.5, "exclusiveMaximum": 2})"), "2"));
   EXPECT_TRUE(Accepts(Schema(R"({"type": "integer", "minimum": -20, "maximum": 1234})"), "1099"));
   EXPECT_FALSE(Accepts(Schema(R"({"type": "integer", "minimum": -20, "maximum": 1234})"), "-21"));
   EXPECT_FALSE(Accepts(Schema(R"({"type": "integer", "minimum": -20, "maximum": 1234})"), "01"));
@@ -311,6 +311,7 @@ std::optional<std::string> RandomWalk(const std::shared_ptr<const CompiledGramma
   std::string out;
   for (int step = 0; step < cap; ++step) {
     m.FillNextTokenBitmask(mask);
+    EXPECT_FALSE(m.overflowed()) << "after " << out;
     const std::vector<int32_t> allowed = AllowedTokens(mask, v.size());
     EXPECT_FALSE(allowed.empty()) << "dead end after " << out;
     if (allowed.empty()) return std::nullopt;
@@ -372,7 +373,8 @@ void Validate(const std::vector<nlohmann::json>& cases) {
   const std::string path = ::testing::TempDir() + "/structured_outputs.jsonl";
   {
     std::ofstream f(path);
-    for (const nlohmann::json& c : cases) f << c.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    for (const nlohmann::json& c : cases)
+      f << c.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   }
   const std::string cmd = "/usr/bin/python3 " + kDataDir + "/validate.py " + path + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
@@ -388,13 +390,15 @@ void Validate(const std::vector<nlohmann::json>& cases) {
 // The validator itself refuses wrong outputs (so the walks' checks can fail).
 TEST(ValidatorTest, RefusesWrongOutputs) {
   const std::string path = ::testing::TempDir() + "/structured_wrong.jsonl";
-  for (const char* line :
-       {R"({"kind": "json", "schema": {"type": "integer"}, "output": "1.5"})",
-        R"({"kind": "json", "schema": {"type": "string", "format": "time"}, "output": "\"25:00:00Z\""})",
-        R"({"kind": "json", "schema": {"type": "object", "additionalProperties": false}, "output": "{\"a\": 1}"})",
-        R"({"kind": "regex", "pattern": "a+", "output": "ab"})"}) {
+  for (
+      const char* line :
+      {R"({"kind": "json", "schema": {"type": "integer"}, "output": "1.5"})",
+       R"({"kind": "json", "schema": {"type": "string", "format": "time"}, "output": "\"25:00:00Z\""})",
+       R"({"kind": "json", "schema": {"type": "object", "additionalProperties": false}, "output": "{\"a\": 1}"})",
+       R"({"kind": "regex", "pattern": "a+", "output": "ab"})"}) {
     std::ofstream(path) << line << "\n";
-    const std::string cmd = "/usr/bin/python3 " + kDataDir + "/validate.py " + path + " > /dev/null";
+    const std::string cmd =
+        "/usr/bin/python3 " + kDataDir + "/validate.py " + path + " > /dev/null";
     EXPECT_NE(std::system(cmd.c_str()), 0) << line;
   }
 }
@@ -411,8 +415,8 @@ TEST(MatcherPropertyTest, RandomWalksThroughSchemasValidate) {
     for (uint32_t seed = 0; seed < 6; ++seed) {
       std::optional<std::string> out = RandomWalk(g, seed * 7919 + 1, 12 + seed * 8, 600);
       ASSERT_TRUE(out.has_value()) << "walk did not end, seed " << seed;
-      cases.push_back({{"kind", "json"}, {"name", c["name"]}, {"schema", c["schema"]},
-                       {"output", *out}});
+      cases.push_back(
+          {{"kind", "json"}, {"name", c["name"]}, {"schema", c["schema"]}, {"output", *out}});
     }
   }
   Validate(cases);
@@ -461,8 +465,8 @@ TEST(MatcherPropertyTest, MaskEqualsAcceptTokenOverTheWholeVocabulary) {
         const bool ok = m.AcceptToken(id);
         if (ok) m.Rollback(1);
         if (ok != bit && ++mismatches < 5) {
-          ADD_FAILURE() << "step " << step << " token " << id << " '" << v.bytes(id)
-                        << "' mask " << bit << " accept " << ok;
+          ADD_FAILURE() << "step " << step << " token " << id << " '" << v.bytes(id) << "' mask "
+                        << bit << " accept " << ok;
         }
       }
       const std::vector<int32_t> allowed = AllowedTokens(mask, v.size());
@@ -495,6 +499,26 @@ TEST(MatcherTest, ACompiledGrammarIsSharedAcrossThreads) {
   }
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(together, alone);
+}
+
+// A grammar whose parser sets grow with the input (x^n parses in Catalan-many ways) hits the
+// bounds within a few tokens: the matcher then refuses everything, promptly.
+TEST(MatcherTest, AnAmbiguousGrammarOverflowsAndRefusesEverything) {
+  auto g = MustCompile(Gbnf("root ::= a\na ::= \"x\" a | \"x\" a a | \"\""),
+                       SmallVocabulary({"x", "xx", "xxxxxxxx"}));
+  Matcher m(g);
+  std::vector<uint32_t> mask(1);
+  int steps = 0;
+  while (!m.overflowed() && steps < 200) {
+    m.FillNextTokenBitmask(mask);
+    if (m.overflowed()) break;
+    ASSERT_TRUE(m.AcceptToken(2));
+    ++steps;
+  }
+  EXPECT_TRUE(m.overflowed()) << steps << " steps";
+  m.FillNextTokenBitmask(mask);
+  EXPECT_EQ(mask[0], 0u);
+  for (int32_t id = 0; id < 4; ++id) EXPECT_FALSE(m.AcceptToken(id));
 }
 
 TEST(MatcherTest, RollbackRestoresTheState) {

@@ -31,9 +31,8 @@ Result<std::shared_ptr<const Vocabulary>> Vocabulary::Create(std::vector<std::st
     const std::string& b = v->token_bytes_[id];
     if (!b.empty() && b.size() <= kMaxTokenBytes && !v->is_eos(id)) order.push_back(id);
   }
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    return v->token_bytes_[a] < v->token_bytes_[b];
-  });
+  std::sort(order.begin(), order.end(),
+            [&](int32_t a, int32_t b) { return v->token_bytes_[a] < v->token_bytes_[b]; });
   std::vector<Node>& nodes = v->nodes_;
   nodes.push_back(Node{});
   std::vector<int32_t> path = {0};  // node index per depth of the current path
@@ -73,8 +72,8 @@ Result<std::shared_ptr<const Vocabulary>> Vocabulary::Create(std::vector<std::st
   return std::shared_ptr<const Vocabulary>(std::move(v));
 }
 
-Result<std::shared_ptr<const Vocabulary>> Vocabulary::FromTokenizer(
-    const tokenizer::Tokenizer& tok, std::vector<int32_t> eos_ids) {
+Result<std::shared_ptr<const Vocabulary>> Vocabulary::FromTokenizer(const tokenizer::Tokenizer& tok,
+                                                                    std::vector<int32_t> eos_ids) {
   std::vector<std::string> bytes(static_cast<size_t>(std::max(tok.id_limit(), 0)));
   for (int32_t id = 0; id < tok.id_limit(); ++id) {
     if (tok.IsSpecial(id)) continue;
