@@ -1,10 +1,9 @@
 // The one grammar form every structured-output spec compiles to: a context-free grammar whose
 // rules are regular expressions over bytes, Unicode code-point sets and references to rules.
 //
-//   GBNF text ----------(gbnf_parser)---.
-//   regex ---------------(regex_parser)--+--> Grammar (this file) --(automaton)--> Automaton
-//   JSON Schema ---------(json_schema)--'                                          (one DFA per
-//   rule)
+//   GBNF text ----(gbnf_parser)---.
+//   regex ---------(regex_parser)--+--> Grammar (this file) --(automaton)--> Automaton
+//   JSON Schema ---(json_schema)---'                                         (a DFA per rule)
 //
 // A Grammar is a plain value: a list of named rules, each one Expr tree, and the root rule. Code
 // points are UTF-8 encoded when the automaton is built, so every matcher step is one byte (tokens

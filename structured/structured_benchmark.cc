@@ -28,6 +28,12 @@ using namespace moeserve;
 using namespace moeserve::structured;
 using Clock = std::chrono::steady_clock;
 
+// A grammar's text on one line, for the table.
+std::string OneLine(std::string s) {
+  for (char& c : s) c = c == '\n' ? ';' : c;
+  return s.substr(0, 48);
+}
+
 double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
 struct Stats {
@@ -190,7 +196,7 @@ int main(int argc, char** argv) {
     Stats s;
     Walk(*g, 1, 40, 40, s);
     std::printf("  %-48s mean %9.1f us, max %9.1f us over %zu steps\n",
-                std::string(gbnf).substr(0, 48).c_str(), s.Mean(), s.Pct(1.0), s.v.size());
+                OneLine(gbnf).c_str(), s.Mean(), s.Pct(1.0), s.v.size());
   }
   return 0;
 }
