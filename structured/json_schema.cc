@@ -99,8 +99,10 @@ const std::map<std::string, std::string>& Formats() {
 
 // ---- integer ranges as digit automata ----
 
-constexpr int64_t kNoBound = INT64_MAX;                // "unbounded" for the range helpers
-constexpr int64_t kMaxAbsBound = 1000000000000000000;  // 1e18
+constexpr int64_t kNoBound = INT64_MAX;  // "unbounded" for the range helpers
+// Bounds beyond are refused: below 2^53 every integer is exact as a double, so ceil and floor of
+// a bound are exact.
+constexpr int64_t kMaxAbsBound = 1000000000000000;  // 1e15
 
 int Digits(int64_t x) {
   int n = 1;
@@ -116,7 +118,32 @@ int64_t Pow10(int n) {
 
 Expr DigitRange(int lo, int hi) { return Chars({{uint32_t('0' + lo), uint32_t('0' + hi)}}); }
 
-// Strings of exactly w digits (leading zeros allowed) whose value is in [x, y].
+Expr AnyDigits(int w) { return Repeat(DigitRange(0, 9), w, w); }
+
+// Strings of exactly w digits (leading zeros allowed) whose value is >= x (x < 10^w). Linear in
+// w: only the branch that keeps x's digit recurses.
+Expr AtLeast(int64_t x, int w) {
+  if (w == 0) return Empty();
+  const int64_t p = Pow10(w - 1);
+  const int d = static_cast<int>(x / p);
+  std::vector<Expr> alts = {Seq({DigitRange(d, d), AtLeast(x % p, w - 1)})};
+  if (d < 9) alts.push_back(Seq({DigitRange(d + 1, 9), AnyDigits(w - 1)}));
+  return Alt(std::move(alts));
+}
+
+// Strings of exactly w digits whose value is <= y (y < 10^w).
+Expr AtMost(int64_t y, int w) {
+  if (w == 0) return Empty();
+  const int64_t p = Pow10(w - 1);
+  const int d = static_cast<int>(y / p);
+  std::vector<Expr> alts;
+  if (d > 0) alts.push_back(Seq({DigitRange(0, d - 1), AnyDigits(w - 1)}));
+  alts.push_back(Seq({DigitRange(d, d), AtMost(y % p, w - 1)}));
+  return Alt(std::move(alts));
+}
+
+// Strings of exactly w digits (leading zeros allowed) whose value is in [x, y]: the shared
+// leading digits, then one branch each for x's digit, the digits between, and y's digit.
 Expr FixedRange(int64_t x, int64_t y, int w) {
   if (w == 1) return DigitRange(static_cast<int>(x), static_cast<int>(y));
   const int64_t p = Pow10(w - 1);
@@ -124,11 +151,9 @@ Expr FixedRange(int64_t x, int64_t y, int w) {
   const int64_t rx = x % p, ry = y % p;
   if (dx == dy) return Seq({DigitRange(dx, dx), FixedRange(rx, ry, w - 1)});
   std::vector<Expr> alts;
-  alts.push_back(Seq({DigitRange(dx, dx), FixedRange(rx, p - 1, w - 1)}));
-  if (dx + 1 <= dy - 1) {
-    alts.push_back(Seq({DigitRange(dx + 1, dy - 1), Repeat(DigitRange(0, 9), w - 1, w - 1)}));
-  }
-  alts.push_back(Seq({DigitRange(dy, dy), FixedRange(0, ry, w - 1)}));
+  alts.push_back(Seq({DigitRange(dx, dx), AtLeast(rx, w - 1)}));
+  if (dx + 1 <= dy - 1) alts.push_back(Seq({DigitRange(dx + 1, dy - 1), AnyDigits(w - 1)}));
+  alts.push_back(Seq({DigitRange(dy, dy), AtMost(ry, w - 1)}));
   return Alt(std::move(alts));
 }
 
@@ -493,8 +518,14 @@ class SchemaCompiler {
       if (!s.contains(k)) continue;
       if (!s[k].is_number()) return Error(path, fmt::format("{} must be a number", k));
       const double v = s[k].get<double>();
-      if (!std::isfinite(v) || std::fabs(v) > double(kMaxAbsBound)) {
-        return Error(path, fmt::format("{} of {} is beyond +-1e18", k, v));
+      // Integers are compared as integers (1e17 + 1 is 1e17 as a double).
+      const bool too_far =
+          s[k].is_number_unsigned() ? s[k].get<uint64_t>() > uint64_t(kMaxAbsBound)
+          : s[k].is_number_integer()
+              ? s[k].get<int64_t>() < -kMaxAbsBound || s[k].get<int64_t>() > kMaxAbsBound
+              : !std::isfinite(v) || std::fabs(v) > double(kMaxAbsBound);
+      if (too_far) {
+        return Error(path, fmt::format("{} of {} is beyond +-1e15", k, v));
       }
       const bool strict = k[0] == 'e';
       const bool is_min = std::string_view(k).find("inimum") != std::string_view::npos;

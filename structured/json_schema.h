@@ -11,8 +11,9 @@
 //           minItems, maxItems;
 //   string: minLength, maxLength, pattern (regex_parser.h; the whole string matches it),
 //           format date, time, date-time, email, uuid, uri, ipv4, hostname;
-//   integer and number: minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers are then
-//           written without exponent; a fraction only where every value it can take is inside).
+//   integer and number: minimum, maximum, exclusiveMinimum, exclusiveMaximum (within +-1e15;
+//           numbers are then written without exponent; a fraction only where every value it
+//           can take is inside).
 // Ignored annotations: title, description, default, examples, $schema, $id, $comment,
 //   deprecated, readOnly, writeOnly. Any other keyword is an error naming it (never ignored).
 //

@@ -243,6 +243,82 @@ TEST(JsonSchemaTest, AcceptsValidAndRefusesInvalidText) {
   EXPECT_FALSE(Accepts(Schema(R"({"type": "string", "format": "date"})"), R"("2024-02-30")"));
 }
 
+// Integer bounds as digit automata: random ranges (small, huge, one-sided), each numeral near and
+// between the bounds accepted exactly when it lies inside.
+TEST(JsonSchemaTest, IntegerRangesAreExact) {
+  std::mt19937_64 rng(7);
+  auto random_bound = [&]() -> int64_t {
+    const int64_t scale[] = {10, 1000, 1000000, 1000000000000000};
+    const int64_t s = scale[rng() % 4];
+    return static_cast<int64_t>(rng() % (2 * s + 1)) - s;
+  };
+  for (int r = 0; r < 40; ++r) {
+    int64_t lo = random_bound(), hi = random_bound();
+    if (lo > hi) std::swap(lo, hi);
+    const int kind = r % 3;  // 0: both bounds, 1: minimum only, 2: maximum only
+    std::string schema = R"({"type": "integer")";
+    if (kind != 2) schema += fmt::format(R"(, "minimum": {})", lo);
+    if (kind != 1) schema += fmt::format(R"(, "maximum": {})", hi);
+    schema += "}";
+    SCOPED_TRACE(schema);
+    auto g = MustCompile(Schema(schema), SmallVocabulary({}));
+    std::vector<int64_t> probes = {lo - 1, lo, lo + 1, hi - 1, hi,
+                                   hi + 1, 0,  -1,     1,      (lo / 2 + hi / 2)};
+    for (int k = 0; k < 10; ++k) probes.push_back(random_bound());
+    for (int64_t n : probes) {
+      const bool inside = (kind == 2 || n >= lo) && (kind == 1 || n <= hi);
+      Matcher m(g);
+      const bool accepted = m.AcceptBytes(std::to_string(n)) && m.CanEnd();
+      EXPECT_EQ(accepted, inside) << n;
+    }
+  }
+}
+
+// Number bounds (fractional, exclusive, one-sided): every numeral accepted lies inside, and every
+// integer inside is accepted (fractions are written from a subset, json_schema.h).
+TEST(JsonSchemaTest, NumberBoundsAreSound) {
+  std::mt19937 rng(11);
+  auto bound = [&] { return static_cast<double>(static_cast<int>(rng() % 4001) - 2000) / 100; };
+  int accepted_count = 0, fractions_accepted = 0;
+  for (int r = 0; r < 40; ++r) {
+    double lo = bound(), hi = bound();
+    if (lo > hi) std::swap(lo, hi);
+    const bool lo_strict = rng() % 2, hi_strict = rng() % 2;
+    const int kind = r % 3;  // 0: both bounds, 1: lower only, 2: upper only
+    std::string schema = R"({"type": "number")";
+    if (kind != 2)
+      schema += fmt::format(R"(, "{}": {})", lo_strict ? "exclusiveMinimum" : "minimum", lo);
+    if (kind != 1)
+      schema += fmt::format(R"(, "{}": {})", hi_strict ? "exclusiveMaximum" : "maximum", hi);
+    schema += "}";
+    SCOPED_TRACE(schema);
+    auto inside = [&](double x) {
+      return (kind == 2 || (lo_strict ? x > lo : x >= lo)) &&
+             (kind == 1 || (hi_strict ? x < hi : x <= hi));
+    };
+    auto g = Compile(Schema(schema), SmallVocabulary({}));
+    if (!g.ok()) {  // only when no number lies inside
+      EXPECT_NE(g.status().message().find("no number lies within"), std::string::npos);
+      continue;
+    }
+    for (int k = 0; k < 60; ++k) {
+      const int whole = static_cast<int>(rng() % 45) - 22;
+      const std::string text =
+          k % 2 ? std::to_string(whole) : fmt::format("{}.{}", whole, rng() % 100);
+      const double x = std::stod(text);
+      Matcher m(*g);
+      const bool accepted = m.AcceptBytes(text) && m.CanEnd();
+      if (accepted) EXPECT_TRUE(inside(x)) << text;
+      accepted_count += accepted;
+      fractions_accepted += accepted && k % 2 == 0;
+      if (k % 2 && inside(x)) EXPECT_TRUE(accepted) << text;
+    }
+  }
+  // The probes reach inside the bounds, fractions too.
+  EXPECT_GT(accepted_count, 300);
+  EXPECT_GT(fractions_accepted, 100);
+}
+
 TEST(JsonSchemaTest, HostileAndUnsupportedSchemasGetErrorsNamingTheKeyword) {
   struct Case {
     std::string schema, expected;
@@ -269,6 +345,7 @@ TEST(JsonSchemaTest, HostileAndUnsupportedSchemasGetErrorsNamingTheKeyword) {
       {R"({"type": "string", "maxLength": 100000})", "max_repeat"},
       {R"({"type": "string", "pattern": "(a)\\1"})", "backreferences"},
       {R"({"type": "integer", "maximum": 1e300})", "beyond"},
+      {R"({"type": "integer", "minimum": 100000000000000001})", "beyond"},
       {R"({"enum": []})", "non-empty"},
       {"{\"type\": ", "not valid JSON"},
       {deep, "nests deeper than 64"},
