@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "structured/automaton.h"
@@ -63,7 +64,8 @@ class CompiledGrammar {
 
 class Matcher {
  public:
-  // Keeps a reference to `grammar` (hold the shared_ptr as long as the matcher).
+  // Shares `grammar`. A Matcher is a value: a copy continues independently (n > 1 choices that
+  // share a prompt, a fork for speculative drafts).
   explicit Matcher(std::shared_ptr<const CompiledGrammar> grammar);
 
   // Sets mask (vocabulary().mask_words() words; a shorter mask is left all zeros) to the tokens

@@ -607,6 +607,16 @@ TEST(MatcherTest, RollbackRestoresTheState) {
   EXPECT_FALSE(m.AcceptToken(1));
   EXPECT_TRUE(m.AcceptToken(6));  // "[1,"
   m.FillNextTokenBitmask(before);
+  {
+    // A copy goes its own way (n > 1 choices from one prefix).
+    Matcher fork = m;
+    EXPECT_TRUE(fork.AcceptToken(1));
+    EXPECT_TRUE(fork.AcceptToken(4));
+    EXPECT_TRUE(fork.CanEnd());
+    EXPECT_FALSE(m.CanEnd());
+    m.FillNextTokenBitmask(mask);
+    EXPECT_EQ(mask, before);
+  }
   EXPECT_TRUE(m.AcceptToken(3));  // " "
   EXPECT_TRUE(m.AcceptToken(5));
   EXPECT_TRUE(m.AcceptToken(4));
