@@ -23,6 +23,7 @@ test_packages=(
   python3-torch python3-numpy             # tools/train (the default model), its smoke test
   python3-matplotlib libopenblas0-pthread #   loss plot; fast f32 BLAS for torch
   bible-kjv                               #   the training corpus (KJV; `bible` dumps it)
+  python3-jsonschema                      # structured/: outputs checked by an independent validator
 )
 fuzz_packages=(
   clang-14 libclang-rt-14-dev             # libFuzzer targets (the fuzz preset; not in CI)

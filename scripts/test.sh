@@ -17,13 +17,13 @@ cmake --build --preset release -j "$jobs"
 ctest --preset release -j "$jobs"
 
 # ThreadSanitizer over the tests of code that runs on several threads: the thread pool, the
-# communicators and rank groups, the engine loop and the HTTP server and front with clients on
-# threads.
+# communicators and rank groups, the engine loop, the HTTP server and front with clients on
+# threads, and a structured-output grammar shared by matchers on threads.
 # Only those targets are built.
 if [ "${MOESERVE_SKIP_TSAN:-0}" != 1 ]; then
   cmake --preset tsan
-  cmake --build --preset tsan -j "$jobs" --target core_test parallel_test model_group_test server_unit_test
-  ctest --preset tsan -j "$jobs" -R '(ThreadPool|LocalCommunicator|SingleRankCommunicator|LinkModel|ModelGroup|EngineLoop|HttpServerThreads|HttpFront)Test'
+  cmake --build --preset tsan -j "$jobs" --target core_test parallel_test model_group_test server_unit_test structured_test
+  ctest --preset tsan -j "$jobs" -R '(ThreadPool|LocalCommunicator|SingleRankCommunicator|LinkModel|ModelGroup|EngineLoop|HttpServerThreads|HttpFront|Matcher)Test'
 fi
 
 # Everything but four tests whose work is mostly not ours to sanitize: the training smoke test
