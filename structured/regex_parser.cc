@@ -76,7 +76,7 @@ class RegexParser {
   Result<Expr> ParseQuantifiers(Expr atom) {
     while (!AtEnd()) {
       const char c = p_[pos_];
-      int min, max;
+      int min = 0, max = 0;
       if (c == '*') {
         min = 0, max = Expr::kUnbounded, ++pos_;
       } else if (c == '+') {

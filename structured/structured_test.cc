@@ -308,10 +308,14 @@ TEST(JsonSchemaTest, NumberBoundsAreSound) {
       const double x = std::stod(text);
       Matcher m(*g);
       const bool accepted = m.AcceptBytes(text) && m.CanEnd();
-      if (accepted) EXPECT_TRUE(inside(x)) << text;
+      if (accepted) {
+        EXPECT_TRUE(inside(x)) << text;
+      }
       accepted_count += accepted;
       fractions_accepted += accepted && k % 2 == 0;
-      if (k % 2 && inside(x)) EXPECT_TRUE(accepted) << text;
+      if (k % 2 && inside(x)) {
+        EXPECT_TRUE(accepted) << text;
+      }
     }
   }
   // The probes reach inside the bounds, fractions too.
