@@ -1,0 +1,1 @@
+#include "server/output_parser.h"
