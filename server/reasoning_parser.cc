@@ -38,8 +38,10 @@ bool PromptClosesThinking(std::string_view prompt) {
 }
 
 ReasoningSplitter::ReasoningSplitter(ReasoningFormat format, bool thinking_enabled)
-    : state_(format == ReasoningFormat::kNone || !thinking_enabled ? State::kContent
-                                                                   : State::kStart),
+    : state_(format == ReasoningFormat::kNone ||
+                     (format == ReasoningFormat::kQwen3 && !thinking_enabled)
+                 ? State::kContent
+                 : State::kStart),
       tool_call_ends_reasoning_(format == ReasoningFormat::kQwen3) {}
 
 void ReasoningSplitter::Feed(std::string_view text, std::string* reasoning, std::string* content) {

@@ -34,7 +34,7 @@ bool PromptClosesThinking(std::string_view prompt);
 
 class ReasoningSplitter {
  public:
-  // kNone or thinking_enabled=false: every byte is content.
+  // kNone, or qwen3 with thinking_enabled=false: every byte is content (deepseek_r1 always thinks).
   ReasoningSplitter(ReasoningFormat format, bool thinking_enabled);
 
   // Appends the decided part of `text` to *reasoning and *content.
