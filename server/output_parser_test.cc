@@ -197,7 +197,7 @@ TEST(HermesToolCalls, TextBetweenAndAfterCallsIsContent) {
                           "A <tool_call>{\"name\": \"no_params\", \"arguments\": {}}</tool_call> "
                           "then B\n<tool_call>{\"name\": \"no_params\", \"arguments\": {}}"
                           "</tool_call>\n");
-  EXPECT_MESSAGE(m, Message("", "Athen B", {Call("call_0", "no_params", "{}"),
+  EXPECT_MESSAGE(m, Message("", "A then B", {Call("call_0", "no_params", "{}"),
                                             Call("call_1", "no_params", "{}")}));
 }
 

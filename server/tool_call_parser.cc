@@ -431,6 +431,8 @@ struct ToolCallParser::State {
   std::vector<ToolCall> calls;
   std::string ws;
   bool after_call = false;  // no content since the last call: its whitespace is dropped
+  bool any_content = false;
+  std::string separator;  // the whitespace before the last run of calls, when text preceded it
   std::string tag;
   // kHeader
   std::string header;
@@ -464,15 +466,15 @@ struct ToolCallParser::State {
     replay_pos = 0;
   }
 
-  void FlushWhitespace() {
-    if (!after_call) content->append(ws);
-    ws.clear();
-  }
-
+  // Content text (not empty). Whitespace held before it is emitted, except after a call: there
+  // the whitespace that stood before the call separates the texts around it, once.
   void Content(std::string_view text) {
-    FlushWhitespace();
+    content->append(after_call ? separator : ws);
+    ws.clear();
+    separator.clear();
     content->append(text);
-    if (!text.empty()) after_call = false;
+    after_call = false;
+    any_content = true;
   }
 
   const ToolSpec* FindTool(std::string_view tool_name) const {
@@ -536,7 +538,8 @@ struct ToolCallParser::State {
   }
 
   void StartCall(std::string call_name, const ToolSpec* tool) {
-    ws.clear();  // the whitespace before a call is not content
+    if (!after_call) separator = any_content ? ws : "";  // not content unless text follows
+    ws.clear();
     header.clear();
     ToolCall call;
     call.id = new_id();
@@ -826,8 +829,8 @@ struct ToolCallParser::State {
   void Finish() {
     switch (mode) {
       case Mode::kText:
-        Content(tag);
-        FlushWhitespace();
+        if (!tag.empty()) Content(tag);
+        if (!after_call) content->append(ws);
         break;
       case Mode::kHeader:
         Content(header);

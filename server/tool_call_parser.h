@@ -26,9 +26,11 @@
 //   4. after the call, text up to `</tool_call>` is dropped; a new `<tool_call>` there also
 //      starts the next call (a model that forgot the closing tag).
 //
-// Whitespace next to a call (before `<tool_call>`, after `</tool_call>`) is not content, so an
-// answer of calls only has empty content (null in the API). Other text before, between and after
-// calls is content. Cost: O(1) per byte plus the JSON work on one XML value at its end (bounded
+// Whitespace next to calls (before `<tool_call>`, after `</tool_call>`) is not content, so an
+// answer of calls only has empty content (null in the API); when text follows a run of calls,
+// the whitespace that stood before the run separates it from the text before ("A <call> B" ->
+// "A B"). Other text before, between and after calls is content (vLLM's hermes drops text after
+// the first call; we keep it). Cost: O(1) per byte plus the JSON work on one XML value at its end (bounded
 // by ToolCallLimits); nothing is held that is not part of an unfinished tag, header or value.
 #pragma once
 
