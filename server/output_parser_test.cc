@@ -471,7 +471,7 @@ TEST(Streaming, RandomAnswersEveryCut) {
       Options(ToolCallFormat::kQwen3Xml, ReasoningFormat::kQwen3),
       Options(ToolCallFormat::kHermes, ReasoningFormat::kNone),
       Options(ToolCallFormat::kQwen3Xml, ReasoningFormat::kDeepSeekR1)};
-  for (int answer = 0; answer < 160; ++answer) {
+  for (int answer = 0; answer < 300; ++answer) {
     std::string text;
     const int n = 3 + static_cast<int>(rng() % 12);
     for (int i = 0; i < n; ++i) text += pieces[rng() % pieces.size()];
@@ -492,8 +492,13 @@ TEST(Streaming, RandomAnswersEveryCut) {
             << json(text).dump() << " cut " << (c.size() == 1 ? c[0] : 0) << ": " << problem
             << "\n  streamed " << Describe(streamed) << "\n  whole    " << Describe(whole);
       }
-      // No byte is lost or invented outside calls: what is not a call is reasoning or content.
+      // Nothing is invented outside calls, and a complete call's arguments are a JSON object.
       EXPECT_LE(whole.reasoning.size() + whole.content.size(), text.size());
+      for (const ToolCall& call : whole.tool_calls) {
+        if (!call.complete) continue;
+        EXPECT_TRUE(json::accept(call.arguments)) << json(text).dump() << " " << call.arguments;
+        EXPECT_EQ(call.arguments.front(), '{');
+      }
     }
   }
 }
