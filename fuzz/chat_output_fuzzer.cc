@@ -1,8 +1,9 @@
 // A chat answer's text through the output parsers (server/output_parser.h). The first byte picks
 // the parsers (tool calls: none, hermes, qwen3_xml; reasoning: none, qwen3, deepseek_r1; thinking
 // on or off), the second how to cut the rest into stream deltas. Checks: the deltas concatenate
-// to the non-streamed message; a complete call's arguments are a JSON object; nothing outside
-// the calls is longer than the answer; the calls stay within their limits.
+// to the non-streamed message; a complete call's arguments are a JSON object (when the answer is
+// valid UTF-8, as the detokenizer's text is: invalid bytes pass through the parsers unchanged);
+// nothing outside the calls is longer than the answer; the calls stay within their limits.
 #include <cstdint>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -25,6 +26,16 @@ constexpr char kTools[] = R"([
 
 void Check(bool ok) {
   if (!ok) std::abort();
+}
+
+// UTF-8 as nlohmann's parser takes it (its strict dump throws where the parser would refuse).
+bool IsUtf8(std::string_view text) {
+  try {
+    (void)nlohmann::json(std::string(text)).dump();
+    return true;
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
 }
 
 }  // namespace
@@ -82,7 +93,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(streamed.tool_calls[i].id == call.id && streamed.tool_calls[i].name == call.name &&
           streamed.tool_calls[i].arguments == call.arguments);
     Check(call.arguments.size() <= options.limits.max_argument_bytes);
-    if (call.complete) {
+    if (call.complete && IsUtf8(text)) {
       Check(nlohmann::json::accept(call.arguments) && call.arguments.front() == '{');
     }
   }

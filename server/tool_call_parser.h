@@ -32,6 +32,8 @@
 // "A B"). Other text before, between and after calls is content (vLLM's hermes drops text after
 // the first call; we keep it). Cost: O(1) per byte plus the JSON work on one XML value at its end (bounded
 // by ToolCallLimits); nothing is held that is not part of an unfinished tag, header or value.
+// The text is the detokenizer's (valid UTF-8): the parsers split it only at ASCII bytes and pass
+// other bytes through unchanged, so a complete call's arguments are valid JSON text.
 #pragma once
 
 #include <cstddef>
