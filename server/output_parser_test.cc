@@ -451,6 +451,8 @@ TEST(Reasoning, XmlCallInsideThinkingEndsIt) {
   EXPECT_MESSAGE(Parse(o, "use <tool_call> tags\n</think>ok"),
                  Message("use <tool_call> tags\n", "ok"));
   EXPECT_MESSAGE(Parse(o, "x<tool_call>\n<func"), Message("x<tool_call>\n<func", ""));
+  EXPECT_MESSAGE(Parse(o, "x<tool_call>\n<function"), Message("x<tool_call>\n<function", ""));
+  EXPECT_MESSAGE(Parse(o, "x<tool_call>\n<functions"), Message("x<tool_call>\n<functions", ""));
   EXPECT_MESSAGE(Parse(o, "x<tool_call><tool_call>\n<function=no_params></function>"),
                  Message("x<tool_call>", "", {Call("call_0", "no_params", "{}")}));
 }

@@ -121,14 +121,17 @@ void ReasoningSplitter::Step(char c, std::string* reasoning, std::string* conten
   if (function_matched_ >= 0) {  // after `<tool_call>`: whitespace, then `<function`?
     if (function_matched_ == 0 && IsSpace(c)) {
       held_.push_back(c);
-    } else if (kFunctionStart[function_matched_] == c) {
+    } else if (function_matched_ < static_cast<int>(kFunctionStart.size()) &&
+               kFunctionStart[function_matched_] == c) {
       held_.push_back(c);
-      if (++function_matched_ == static_cast<int>(kFunctionStart.size())) {
-        content->append(held_);  // the call is the tool parser's
-        held_.clear();
-        function_matched_ = -1;
-        state_ = State::kContent;
-      }
+      ++function_matched_;
+    } else if (function_matched_ == static_cast<int>(kFunctionStart.size()) &&
+               (c == '=' || IsSpace(c))) {  // vLLM's `<function[\s=]`
+      held_.push_back(c);
+      content->append(held_);  // the call is the tool parser's
+      held_.clear();
+      function_matched_ = -1;
+      state_ = State::kContent;
     } else {
       Mismatch(c, reasoning);
     }

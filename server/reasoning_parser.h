@@ -7,8 +7,8 @@
 //
 //   qwen3        `<think>` at the start (after whitespace) is optional and dropped (Qwen3's template
 //                lets the model write it, Qwen3.5's writes it into the prompt); text up to
-//                `</think>` is reasoning; `<tool_call>` followed (after whitespace) by `<function`
-//                also ends reasoning (Qwen3.5 calls tools from inside its thinking) and stays in
+//                `</think>` is reasoning; `<tool_call>` followed (after whitespace) by `<function=`
+//                (or `<function` and whitespace) also ends reasoning (Qwen3.5 calls tools from inside its thinking) and stays in
 //                the content for the tool parser; an answer that ends inside thinking is all
 //                reasoning. With thinking disabled there is no split: everything is content.
 //   deepseek_r1  the same without the tool-call ending; thinking is always on.
@@ -55,7 +55,8 @@ class ReasoningSplitter {
   State state_;
   bool tool_call_ends_reasoning_;
   std::string held_;
-  // kReasoning, a `<tool_call>` lookahead: bytes of `<function` matched (-1: not in it).
+  // kReasoning, a `<tool_call>` lookahead: bytes of `<function` matched (-1: not in it); kStart:
+  // bytes of `<think>` matched.
   int function_matched_ = -1;
   // Bytes to read again before the rest of the input (after a mismatch).
   std::string replay_;
