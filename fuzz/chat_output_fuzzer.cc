@@ -69,8 +69,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const ToolCallDelta& c : d.tool_calls) {
       if (!c.id.empty()) {
         Check(c.index == streamed.tool_calls.size());
-        streamed.tool_calls.push_back({.id = c.id, .name = c.name, .arguments = "",
-                                       .complete = false});
+        streamed.tool_calls.push_back(
+            {.id = c.id, .name = c.name, .arguments = "", .complete = false});
       }
       Check(c.index + 1 == streamed.tool_calls.size());
       streamed.tool_calls[c.index].arguments += c.arguments;

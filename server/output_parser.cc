@@ -31,7 +31,8 @@ MessageDelta OutputParser::Finish() {
 }
 
 ParsedMessage OutputParser::message() const {
-  return {.reasoning = reasoning_text_, .content = content_text_, .tool_calls = tool_calls_.calls()};
+  return {
+      .reasoning = reasoning_text_, .content = content_text_, .tool_calls = tool_calls_.calls()};
 }
 
 ParsedMessage ParseOutput(const OutputParserOptions& options, std::string_view text) {
@@ -50,14 +51,17 @@ ParserChoice ChooseParsers(std::string_view chat_template) {
     choice.tool_calls = ToolCallFormat::kHermes;
   }
   if (has("<think>") || has("</think>")) {
-    choice.reasoning = has("<｜Assistant｜>") ? ReasoningFormat::kDeepSeekR1 : ReasoningFormat::kQwen3;
+    choice.reasoning =
+        has("<｜Assistant｜>") ? ReasoningFormat::kDeepSeekR1 : ReasoningFormat::kQwen3;
   }
   return choice;
 }
 
 namespace {
 
-ordered_json TextOrNull(const std::string& s) { return s.empty() ? ordered_json(nullptr) : ordered_json(s); }
+ordered_json TextOrNull(const std::string& s) {
+  return s.empty() ? ordered_json(nullptr) : ordered_json(s);
+}
 
 }  // namespace
 

@@ -43,7 +43,8 @@ std::shared_ptr<const std::vector<ToolSpec>> Tools() {
 }
 
 // Ids "call_0", "call_1", ... per parser, so two parsers of one answer agree.
-OutputParserOptions Options(ToolCallFormat tools, ReasoningFormat reasoning = ReasoningFormat::kNone,
+OutputParserOptions Options(ToolCallFormat tools,
+                            ReasoningFormat reasoning = ReasoningFormat::kNone,
                             bool thinking = true) {
   OutputParserOptions o;
   o.tool_calls = tools;
@@ -144,12 +145,16 @@ ParsedMessage Parse(const OutputParserOptions& options, std::string_view text) {
 }
 
 ToolCall Call(std::string id, std::string name, std::string arguments, bool complete = true) {
-  return {.id = std::move(id), .name = std::move(name), .arguments = std::move(arguments),
+  return {.id = std::move(id),
+          .name = std::move(name),
+          .arguments = std::move(arguments),
           .complete = complete};
 }
 
-ParsedMessage Message(std::string reasoning, std::string content, std::vector<ToolCall> calls = {}) {
-  return {.reasoning = std::move(reasoning), .content = std::move(content),
+ParsedMessage Message(std::string reasoning, std::string content,
+                      std::vector<ToolCall> calls = {}) {
+  return {.reasoning = std::move(reasoning),
+          .content = std::move(content),
           .tool_calls = std::move(calls)};
 }
 
@@ -167,9 +172,10 @@ TEST(HermesToolCalls, PlainTextIsContent) {
 
 TEST(HermesToolCalls, OneCall) {
   auto o = Options(ToolCallFormat::kHermes);
-  ParsedMessage m = Parse(
-      o, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
-         "</tool_call>");
+  ParsedMessage m =
+      Parse(o,
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+            "</tool_call>");
   EXPECT_MESSAGE(m, Message("", "", {Call("call_0", "get_weather", R"({"city": "Paris"})")}));
   json msg = json::parse(ChatMessageJson(m).dump());
   EXPECT_TRUE(msg["content"].is_null());
@@ -181,11 +187,12 @@ TEST(HermesToolCalls, OneCall) {
 
 TEST(HermesToolCalls, SeveralCallsAfterProse) {
   auto o = Options(ToolCallFormat::kHermes);
-  ParsedMessage m = Parse(o,
-                          "Let me check both.\n\n<tool_call>\n{\"name\": \"get_weather\", "
-                          "\"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>\n"
-                          "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}"
-                          "\n</tool_call>");
+  ParsedMessage m =
+      Parse(o,
+            "Let me check both.\n\n<tool_call>\n{\"name\": \"get_weather\", "
+            "\"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>\n"
+            "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}"
+            "\n</tool_call>");
   EXPECT_MESSAGE(m, Message("", "Let me check both.",
                             {Call("call_0", "get_weather", R"({"city": "Paris", "days": 3})"),
                              Call("call_1", "get_weather", R"({"city":"Oslo"})")}));
@@ -197,16 +204,17 @@ TEST(HermesToolCalls, TextBetweenAndAfterCallsIsContent) {
                           "A <tool_call>{\"name\": \"no_params\", \"arguments\": {}}</tool_call> "
                           "then B\n<tool_call>{\"name\": \"no_params\", \"arguments\": {}}"
                           "</tool_call>\n");
-  EXPECT_MESSAGE(m, Message("", "A then B", {Call("call_0", "no_params", "{}"),
-                                            Call("call_1", "no_params", "{}")}));
+  EXPECT_MESSAGE(m,
+                 Message("", "A then B",
+                         {Call("call_0", "no_params", "{}"), Call("call_1", "no_params", "{}")}));
 }
 
 TEST(HermesToolCalls, TagsAndEscapesInsideStrings) {
   auto o = Options(ToolCallFormat::kHermes);
-  const std::string args =
-      R"({"city": "</tool_call> <tool_call> \"q\" \\ \u00e9 é", "x": [1, -2.5e3, 0, true, null, {"y": [[]]}]})";
-  ParsedMessage m = Parse(o, "<tool_call>{\"name\": \"get_weather\", \"arguments\": " + args +
-                                 "}</tool_call>");
+  const std::string args = R"({"city": "</tool_call> <tool_call> \"q\" \\ \u00e9 é", )"
+                           R"("x": [1, -2.5e3, 0, true, null, {"y": [[]]}]})";
+  ParsedMessage m =
+      Parse(o, "<tool_call>{\"name\": \"get_weather\", \"arguments\": " + args + "}</tool_call>");
   EXPECT_MESSAGE(m, Message("", "", {Call("call_0", "get_weather", args)}));
   EXPECT_NO_THROW(json::parse(m.tool_calls[0].arguments));
 }
@@ -217,7 +225,7 @@ TEST(HermesToolCalls, MalformedHeadersAreContent) {
            "<tool_call>\nnot json\n</tool_call>",
            "<tool_call>{\"name\": \"unknown_tool\", \"arguments\": {}}</tool_call>",  // not a tool
            "<tool_call>{\"arguments\": {}, \"name\": \"get_weather\"}</tool_call>",   // order
-           "<tool_call>{\"name\": \"get_weather\"}</tool_call>",                      // no arguments
+           "<tool_call>{\"name\": \"get_weather\"}</tool_call>",  // no arguments
            "<tool_call>{\"name\": \"get_weather\", \"arguments\": \"{}\"}</tool_call>",  // a string
            "<tool_call>{\"name\": \"get_weather\", \"arguments\": [1]}</tool_call>",
            "<tool_call>{\"name\": \"get_\\weather\", \"arguments\": {}}</tool_call>",  // bad escape
@@ -273,8 +281,9 @@ TEST(HermesToolCalls, ForgottenClosingTag) {
   ParsedMessage m = Parse(o,
                           "<tool_call>{\"name\": \"no_params\", \"arguments\": {}}\n"
                           "<tool_call>{\"name\": \"no_params\", \"arguments\": {\"k\": 1}}");
-  EXPECT_MESSAGE(m, Message("", "", {Call("call_0", "no_params", "{}"),
-                                     Call("call_1", "no_params", R"({"k": 1})")}));
+  EXPECT_MESSAGE(
+      m, Message("", "",
+                 {Call("call_0", "no_params", "{}"), Call("call_1", "no_params", R"({"k": 1})")}));
 }
 
 TEST(HermesToolCalls, AnyNameWithoutTools) {
@@ -292,18 +301,21 @@ TEST(XmlToolCalls, OneCall) {
                           "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
                           "</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n"
                           "</tool_call>");
-  EXPECT_MESSAGE(m, Message("", "", {Call("call_0", "get_weather", R"({"city": "Paris", "days": 3})")}));
+  EXPECT_MESSAGE(
+      m, Message("", "", {Call("call_0", "get_weather", R"({"city": "Paris", "days": 3})")}));
   EXPECT_STREQ(ChatFinishReason(m, "stop"), "tool_calls");
 }
 
 TEST(XmlToolCalls, SeveralCallsAfterProseAndEmptyArguments) {
   auto o = Options(ToolCallFormat::kQwen3Xml);
-  ParsedMessage m = Parse(o,
-                          "I'll look.\n<tool_call>\n<function=no_params>\n</function>\n</tool_call>\n"
-                          "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n"
-                          "</parameter>\n</function>\n</tool_call>");
-  EXPECT_MESSAGE(m, Message("", "I'll look.", {Call("call_0", "no_params", "{}"),
-                                               Call("call_1", "get_weather", R"({"city": "Rome"})")}));
+  ParsedMessage m =
+      Parse(o,
+            "I'll look.\n<tool_call>\n<function=no_params>\n</function>\n</tool_call>\n"
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n"
+            "</parameter>\n</function>\n</tool_call>");
+  EXPECT_MESSAGE(m, Message("", "I'll look.",
+                            {Call("call_0", "no_params", "{}"),
+                             Call("call_1", "get_weather", R"({"city": "Rome"})")}));
 }
 
 TEST(XmlToolCalls, StringValuesKeepTheirText) {
@@ -340,7 +352,7 @@ TEST(XmlToolCalls, ValuesConvertedBySchemaType) {
   EXPECT_EQ(args("o", R"({"k": [1, 2]})"), json({{"k", {1, 2}}}));
   EXPECT_EQ(args("o", "{'k': 1}"), json("{'k': 1}"));  // Python literals: not read (documented)
   EXPECT_EQ(args("a", "[1, \"x\"]"), json({1, "x"}));
-  EXPECT_EQ(args("s", "null"), json("null"));  // a string stays a string
+  EXPECT_EQ(args("s", "null"), json("null"));    // a string stays a string
   EXPECT_EQ(args("ns", "None"), json(nullptr));  // a nullable one: null
   EXPECT_EQ(args("ns", "text"), json("text"));
   EXPECT_EQ(args("ni", "5"), json(5));  // ["integer", "null"]
@@ -370,7 +382,7 @@ TEST(XmlToolCalls, RepeatedParameterFirstWins) {
 TEST(XmlToolCalls, MalformedAndTruncated) {
   auto o = Options(ToolCallFormat::kQwen3Xml);
   for (std::string text : {
-           "<tool_call>\n<function=nope>\n</function>\n</tool_call>",  // not a tool
+           "<tool_call>\n<function=nope>\n</function>\n</tool_call>",        // not a tool
            "<tool_call>\n<function={{ name }}>\n</function>\n</tool_call>",  // template echo
            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>",  // hermes
            "<tool_call>\n<function=get_wea",
@@ -379,15 +391,15 @@ TEST(XmlToolCalls, MalformedAndTruncated) {
     EXPECT_MESSAGE(Parse(o, text), Message("", text));
   }
   // Cut inside a value: the call stays, incomplete.
-  ParsedMessage m =
-      Parse(o, "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar");
+  ParsedMessage m = Parse(o, "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar");
   EXPECT_MESSAGE(m, Message("", "", {Call("call_0", "get_weather", R"({"city": "Par)", false)}));
   // A typed value is written when its `</parameter>` comes: cut before, only the key is there.
   m = Parse(o, "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</para");
   EXPECT_MESSAGE(m, Message("", "", {Call("call_0", "get_weather", R"({"days": )", false)}));
   // `</function>` forgotten: `</tool_call>` ends the call.
-  m = Parse(o, "<tool_call>\n<function=get_weather>\n<parameter=city>\nX\n</parameter>\n"
-               "</tool_call> after");
+  m = Parse(o,
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nX\n</parameter>\n"
+            "</tool_call> after");
   EXPECT_MESSAGE(m, Message("", "after", {Call("call_0", "get_weather", R"({"city": "X"})")}));
   // Stray text in the body breaks the call; parsing goes on after `</tool_call>`.
   m = Parse(o, "<tool_call>\n<function=get_weather>\nstray\n</function>\n</tool_call>tail");
@@ -437,7 +449,8 @@ TEST(Reasoning, WithHermesCalls) {
   // A hermes `<tool_call>` inside thinking is reasoning (vLLM's qwen3 parser ends reasoning only
   // at `<tool_call>` then `<function`).
   m = Parse(o, "x <tool_call>{\"name\": \"no_params\", \"arguments\": {}}</tool_call>");
-  EXPECT_MESSAGE(m, Message("x <tool_call>{\"name\": \"no_params\", \"arguments\": {}}</tool_call>", ""));
+  EXPECT_MESSAGE(
+      m, Message("x <tool_call>{\"name\": \"no_params\", \"arguments\": {}}</tool_call>", ""));
 }
 
 TEST(Reasoning, XmlCallInsideThinkingEndsIt) {
@@ -445,8 +458,8 @@ TEST(Reasoning, XmlCallInsideThinkingEndsIt) {
   ParsedMessage m = Parse(o,
                           "Let me call it.\n<tool_call>\n<function=get_weather>\n<parameter=city>\n"
                           "Oslo\n</parameter>\n</function>\n</tool_call>");
-  EXPECT_MESSAGE(m, Message("Let me call it.\n", "",
-                            {Call("call_0", "get_weather", R"({"city": "Oslo"})")}));
+  EXPECT_MESSAGE(
+      m, Message("Let me call it.\n", "", {Call("call_0", "get_weather", R"({"city": "Oslo"})")}));
   // `<tool_call>` without `<function` after it is reasoning text.
   EXPECT_MESSAGE(Parse(o, "use <tool_call> tags\n</think>ok"),
                  Message("use <tool_call> tags\n", "ok"));
@@ -461,12 +474,35 @@ TEST(Reasoning, XmlCallInsideThinkingEndsIt) {
 
 TEST(Streaming, RandomAnswersEveryCut) {
   // Answers assembled from the pieces the parsers look for, and pieces that almost are.
-  const std::vector<std::string> pieces = {
-      "<tool_call>", "</tool_call>", "<tool_call>\n", "{\"name\": \"get_weather\", ",
-      "\"arguments\": ", "{\"city\": \"P\"}", "{\"days\": [1, 2.5e1, true]}", "}", "{", "\"",
-      "<function=get_weather>", "<function=typed>", "<parameter=city>", "<parameter=i>",
-      "<parameter=n>", "</parameter>", "</function>", "\n", "  ", "x", "<", "</", "<think>",
-      "</think>", "<tool", "<function", "7", "null", "\\"};
+  const std::vector<std::string> pieces = {"<tool_call>",
+                                           "</tool_call>",
+                                           "<tool_call>\n",
+                                           "{\"name\": \"get_weather\", ",
+                                           "\"arguments\": ",
+                                           "{\"city\": \"P\"}",
+                                           "{\"days\": [1, 2.5e1, true]}",
+                                           "}",
+                                           "{",
+                                           "\"",
+                                           "<function=get_weather>",
+                                           "<function=typed>",
+                                           "<parameter=city>",
+                                           "<parameter=i>",
+                                           "<parameter=n>",
+                                           "</parameter>",
+                                           "</function>",
+                                           "\n",
+                                           "  ",
+                                           "x",
+                                           "<",
+                                           "</",
+                                           "<think>",
+                                           "</think>",
+                                           "<tool",
+                                           "<function",
+                                           "7",
+                                           "null",
+                                           "\\"};
   std::mt19937 rng(7);
   const std::vector<OutputParserOptions> options = {
       Options(ToolCallFormat::kHermes, ReasoningFormat::kQwen3),
@@ -508,9 +544,10 @@ TEST(Streaming, RandomAnswersEveryCut) {
 // The golden answers above, each also under every cut, with a reasoning prefix added.
 TEST(Streaming, GoldenAnswersWithReasoningPrefix) {
   auto o = Options(ToolCallFormat::kQwen3Xml, ReasoningFormat::kQwen3);
-  ExpectEveryCutSame(o,
-                     "<think>\nplan\n</think>\n\nText <tool_call>\n<function=typed>\n<parameter=s>\n"
-                     "a\nb\n</parameter>\n<parameter=i>\n5\n</parameter>\n</function>\n</tool_call>");
+  ExpectEveryCutSame(
+      o,
+      "<think>\nplan\n</think>\n\nText <tool_call>\n<function=typed>\n<parameter=s>\n"
+      "a\nb\n</parameter>\n<parameter=i>\n5\n</parameter>\n</function>\n</tool_call>");
   auto h = Options(ToolCallFormat::kHermes, ReasoningFormat::kQwen3);
   ExpectEveryCutSame(h,
                      "plan</think>Text\n<tool_call>\n{\"name\": \"typed\", \"arguments\": "
@@ -531,8 +568,8 @@ TEST(Bounds, CallsPastTheLimitAreContent) {
 TEST(Bounds, DeepOrLongArgumentsBreakTheCall) {
   OutputParserOptions o = Options(ToolCallFormat::kHermes);
   std::string deep = "{\"a\": " + std::string(100, '[') + std::string(100, ']') + "}";
-  ParsedMessage m = ParseOutput(o, "<tool_call>{\"name\": \"typed\", \"arguments\": " + deep +
-                                       "}</tool_call>");
+  ParsedMessage m =
+      ParseOutput(o, "<tool_call>{\"name\": \"typed\", \"arguments\": " + deep + "}</tool_call>");
   ASSERT_EQ(m.tool_calls.size(), 1u);
   EXPECT_FALSE(m.tool_calls[0].complete);
   EXPECT_EQ(m.tool_calls[0].arguments.size(), 6u + 63u);  // `{"a": ` and 63 more levels
@@ -556,7 +593,8 @@ TEST(Bounds, DeepOrLongArgumentsBreakTheCall) {
 
 TEST(Bounds, LongNamesAndHeadersAreContent) {
   auto o = Options(ToolCallFormat::kHermes);
-  std::string text = "<tool_call>{\"name\": \"" + std::string(10000, 'n') + "\", \"arguments\": {}}";
+  std::string text =
+      "<tool_call>{\"name\": \"" + std::string(10000, 'n') + "\", \"arguments\": {}}";
   EXPECT_MESSAGE(ParseOutput(o, text), Message("", text));
   text = "<tool_call>" + std::string(10000, ' ') + "{}";
   EXPECT_MESSAGE(ParseOutput(o, text), Message("", text));
@@ -636,8 +674,8 @@ TEST(ChooseParsers, RealTemplates) {
       {"qwen3-next thinking",
        ReadText(data + "/qwen3-tokenizer/chat_template_qwen3_next_thinking.jinja"),
        ToolCallFormat::kHermes, ReasoningFormat::kQwen3},
-      {"default model", TemplateOfConfig(std::string(MOESERVE_DEFAULT_MODEL_DIR) +
-                                         "/tokenizer_config.json"),
+      {"default model",
+       TemplateOfConfig(std::string(MOESERVE_DEFAULT_MODEL_DIR) + "/tokenizer_config.json"),
        ToolCallFormat::kNone, ReasoningFormat::kNone},
   };
   for (const Case& c : cases) {
@@ -670,9 +708,10 @@ TEST(ReadToolSpecs, SchemaTypesAndErrors) {
   EXPECT_TRUE(typed.params.at("ni").allows_null);
   EXPECT_TRUE((*tools)[2].params.empty());
   EXPECT_TRUE(ReadToolSpecs("null")->empty());
-  for (std::string bad : std::vector<std::string>{"{}", "[1]", "[{\"function\": {}}]", "[{\"function\": {\"name\": \"\"}}]",
-                          "[{\"function\": {\"name\": \"f\", \"parameters\": 3}}]",
-                          std::string(200, '[') + std::string(200, ']')}) {
+  for (std::string bad : std::vector<std::string>{
+           "{}", "[1]", "[{\"function\": {}}]", "[{\"function\": {\"name\": \"\"}}]",
+           "[{\"function\": {\"name\": \"f\", \"parameters\": 3}}]",
+           std::string(200, '[') + std::string(200, ']')}) {
     Result<std::vector<ToolSpec>> r = ReadToolSpecs(bad);
     EXPECT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().ToString().find("tools"), std::string::npos) << r.status().ToString();

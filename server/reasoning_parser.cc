@@ -25,9 +25,12 @@ Result<ReasoningFormat> ParseReasoningFormat(std::string_view name) {
 
 const char* ReasoningFormatName(ReasoningFormat format) {
   switch (format) {
-    case ReasoningFormat::kQwen3: return "qwen3";
-    case ReasoningFormat::kDeepSeekR1: return "deepseek_r1";
-    case ReasoningFormat::kNone: break;
+    case ReasoningFormat::kQwen3:
+      return "qwen3";
+    case ReasoningFormat::kDeepSeekR1:
+      return "deepseek_r1";
+    case ReasoningFormat::kNone:
+      break;
   }
   return "none";
 }
@@ -80,7 +83,8 @@ void ReasoningSplitter::Step(char c, std::string* reasoning, std::string* conten
       content->push_back(c);
       return;
     case State::kStart: {
-      // held_ is whitespace then the first function_matched_ bytes of `<think>` (reused as a count).
+      // held_ is whitespace then the first function_matched_ bytes of `<think>` (reused as a
+      // count).
       int matched = function_matched_ < 0 ? 0 : function_matched_;
       if (matched == 0 && IsSpace(c)) {
         held_.push_back(c);

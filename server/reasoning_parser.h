@@ -5,12 +5,13 @@
 // decides each byte once: the split never depends on how the text was cut into pieces (a partial
 // `</think>` is held back until the next bytes settle it). Cost: O(1) per byte.
 //
-//   qwen3        `<think>` at the start (after whitespace) is optional and dropped (Qwen3's template
-//                lets the model write it, Qwen3.5's writes it into the prompt); text up to
-//                `</think>` is reasoning; `<tool_call>` followed (after whitespace) by `<function=`
-//                (or `<function` and whitespace) also ends reasoning (Qwen3.5 calls tools from inside its thinking) and stays in
-//                the content for the tool parser; an answer that ends inside thinking is all
-//                reasoning. With thinking disabled there is no split: everything is content.
+//   qwen3        `<think>` at the start (after whitespace) is optional and dropped (Qwen3's
+//                template lets the model write it, Qwen3.5's writes it into the prompt); text up
+//                to `</think>` is reasoning; `<tool_call>` followed (after whitespace) by
+//                `<function=` (or `<function` and whitespace) also ends reasoning (Qwen3.5 calls
+//                tools from inside its thinking) and stays in the content for the tool parser;
+//                an answer that ends inside thinking is all reasoning. With thinking disabled
+//                there is no split: everything is content.
 //   deepseek_r1  the same without the tool-call ending; thinking is always on.
 #pragma once
 
@@ -23,7 +24,7 @@ namespace moeserve::server {
 
 enum class ReasoningFormat { kNone, kQwen3, kDeepSeekR1 };
 
-// "qwen3" | "deepseek_r1" | "none" (vLLM's names); anything else is an InvalidArgument listing them.
+// "qwen3" | "deepseek_r1" | "none" (vLLM's names); else an InvalidArgument listing them.
 Result<ReasoningFormat> ParseReasoningFormat(std::string_view name);
 const char* ReasoningFormatName(ReasoningFormat format);
 

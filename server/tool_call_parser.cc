@@ -1,5 +1,7 @@
 #include "server/tool_call_parser.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -7,8 +9,6 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "core/json.h"
 
@@ -39,14 +39,29 @@ bool IsNameByte(char c) {
 // The bytes of a JSON string's body, as Python's json.dumps(ensure_ascii=False) writes them.
 void AppendJsonEscaped(std::string* out, char c) {
   switch (c) {
-    case '"': out->append("\\\""); return;
-    case '\\': out->append("\\\\"); return;
-    case '\n': out->append("\\n"); return;
-    case '\r': out->append("\\r"); return;
-    case '\t': out->append("\\t"); return;
-    case '\b': out->append("\\b"); return;
-    case '\f': out->append("\\f"); return;
-    default: break;
+    case '"':
+      out->append("\\\"");
+      return;
+    case '\\':
+      out->append("\\\\");
+      return;
+    case '\n':
+      out->append("\\n");
+      return;
+    case '\r':
+      out->append("\\r");
+      return;
+    case '\t':
+      out->append("\\t");
+      return;
+    case '\b':
+      out->append("\\b");
+      return;
+    case '\f':
+      out->append("\\f");
+      return;
+    default:
+      break;
   }
   if (static_cast<unsigned char>(c) < 0x20) {
     out->append(fmt::format("\\u{:04x}", static_cast<unsigned char>(c)));
@@ -92,7 +107,8 @@ class JsonPrefixScanner {
 
   Step Push(char c) {
     switch (mode_) {
-      case Mode::kValue: return Value(c);
+      case Mode::kValue:
+        return Value(c);
       case Mode::kArrayFirst:
         if (IsSpace(c)) return Step::kMore;
         if (c == ']') return Close();
@@ -116,7 +132,8 @@ class JsonPrefixScanner {
           mode_ = stack_.back() == '{' ? Mode::kKey : Mode::kValue;
           return Step::kMore;
         }
-        if ((c == '}' && stack_.back() == '{') || (c == ']' && stack_.back() == '[')) return Close();
+        if ((c == '}' && stack_.back() == '{') || (c == ']' && stack_.back() == '['))
+          return Close();
         return Step::kBad;
       case Mode::kString:
         if (c == '"') {
@@ -146,16 +163,28 @@ class JsonPrefixScanner {
         if (literal_[literal_pos_] != c) return Step::kBad;
         if (++literal_pos_ == literal_.size()) return ValueEnded();
         return Step::kMore;
-      case Mode::kNumber: return Number(c);
-      case Mode::kDone: return Step::kBad;
+      case Mode::kNumber:
+        return Number(c);
+      case Mode::kDone:
+        return Step::kBad;
     }
     return Step::kBad;
   }
 
  private:
   enum class Mode {
-    kValue, kArrayFirst, kObjectFirst, kKey, kColon, kAfterValue, kString, kEscape, kUnicode,
-    kLiteral, kNumber, kDone,
+    kValue,
+    kArrayFirst,
+    kObjectFirst,
+    kKey,
+    kColon,
+    kAfterValue,
+    kString,
+    kEscape,
+    kUnicode,
+    kLiteral,
+    kNumber,
+    kDone,
   };
   // Inside a number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
   enum class Num { kMinus, kZero, kInt, kDot, kFrac, kE, kESign, kExp };
@@ -214,16 +243,22 @@ class JsonPrefixScanner {
     const bool digit = c >= '0' && c <= '9';
     switch (num_) {
       case Num::kMinus:
-        if (c == '0') num_ = Num::kZero;
-        else if (digit) num_ = Num::kInt;
-        else return Step::kBad;
+        if (c == '0')
+          num_ = Num::kZero;
+        else if (digit)
+          num_ = Num::kInt;
+        else
+          return Step::kBad;
         return Step::kMore;
       case Num::kZero:
       case Num::kInt:
         if (digit && num_ == Num::kInt) return Step::kMore;
-        if (c == '.') num_ = Num::kDot;
-        else if (c == 'e' || c == 'E') num_ = Num::kE;
-        else break;
+        if (c == '.')
+          num_ = Num::kDot;
+        else if (c == 'e' || c == 'E')
+          num_ = Num::kE;
+        else
+          break;
         return Step::kMore;
       case Num::kDot:
         if (!digit) return Step::kBad;
@@ -237,9 +272,12 @@ class JsonPrefixScanner {
         }
         break;
       case Num::kE:
-        if (c == '+' || c == '-') num_ = Num::kESign;
-        else if (digit) num_ = Num::kExp;
-        else return Step::kBad;
+        if (c == '+' || c == '-')
+          num_ = Num::kESign;
+        else if (digit)
+          num_ = Num::kExp;
+        else
+          return Step::kBad;
         return Step::kMore;
       case Num::kESign:
         if (!digit) return Step::kBad;
@@ -271,15 +309,18 @@ Result<ToolCallFormat> ParseToolCallFormat(std::string_view name) {
   if (name == "hermes") return ToolCallFormat::kHermes;
   if (name == "qwen3_xml" || name == "qwen3_coder") return ToolCallFormat::kQwen3Xml;
   if (name == "none") return ToolCallFormat::kNone;
-  return InvalidArgument("unknown tool call parser '{}' (known: hermes, qwen3_xml, qwen3_coder, none)",
-                         name);
+  return InvalidArgument(
+      "unknown tool call parser '{}' (known: hermes, qwen3_xml, qwen3_coder, none)", name);
 }
 
 const char* ToolCallFormatName(ToolCallFormat format) {
   switch (format) {
-    case ToolCallFormat::kHermes: return "hermes";
-    case ToolCallFormat::kQwen3Xml: return "qwen3_xml";
-    case ToolCallFormat::kNone: break;
+    case ToolCallFormat::kHermes:
+      return "hermes";
+    case ToolCallFormat::kQwen3Xml:
+      return "qwen3_xml";
+    case ToolCallFormat::kNone:
+      break;
   }
   return "none";
 }
@@ -360,8 +401,9 @@ Result<std::vector<ToolSpec>> ReadToolSpecs(std::string_view tools_json) {
           return InvalidArgument("tools[{}].function.parameters.properties: must be an object", i);
         }
         if (props->size() > kMaxToolParams) {
-          return InvalidArgument("tools[{}].function.parameters.properties: {} properties, at most {}",
-                                 i, props->size(), kMaxToolParams);
+          return InvalidArgument(
+              "tools[{}].function.parameters.properties: {} properties, at most {}", i,
+              props->size(), kMaxToolParams);
         }
         for (const auto& [key, schema] : props->items()) spec.params[key] = ReadToolParam(schema);
       }
@@ -397,7 +439,8 @@ std::string ConvertXmlParamValue(std::string_view text, const ToolParam* param, 
                    ? NAN
                    : std::strtod(t.c_str(), &end);
     if (std::isfinite(v) && end == t.c_str() + t.size()) {
-      if (v == std::trunc(v) && std::fabs(v) < 9.2e18) return std::to_string(static_cast<int64_t>(v));
+      if (v == std::trunc(v) && std::fabs(v) < 9.2e18)
+        return std::to_string(static_cast<int64_t>(v));
       return json(v).dump();
     }
     return JsonString(text);
@@ -567,13 +610,20 @@ struct ToolCallParser::State {
 
   void Step(char c) {
     switch (mode) {
-      case Mode::kText: return Text(c);
-      case Mode::kHeader: return Header(c);
-      case Mode::kHermesArgs: return HermesArgs(c);
-      case Mode::kXmlBody: return XmlBody(c);
-      case Mode::kXmlParamName: return XmlParamName(c);
-      case Mode::kXmlValue: return XmlValue(c);
-      case Mode::kAfterCall: return AfterCall(c);
+      case Mode::kText:
+        return Text(c);
+      case Mode::kHeader:
+        return Header(c);
+      case Mode::kHermesArgs:
+        return HermesArgs(c);
+      case Mode::kXmlBody:
+        return XmlBody(c);
+      case Mode::kXmlParamName:
+        return XmlParamName(c);
+      case Mode::kXmlValue:
+        return XmlValue(c);
+      case Mode::kAfterCall:
+        return AfterCall(c);
     }
   }
 
@@ -619,8 +669,8 @@ struct ToolCallParser::State {
 
   // {"name": "NAME", "arguments": {   (the order Qwen3's template asks for)
   bool HermesHeader(char c) {
-    static constexpr std::string_view kSteps[] = {"{", "\"name\"", ":", "\"", "", ",",
-                                                  "\"arguments\"", ":", "{"};
+    static constexpr std::string_view kSteps[] = {"{", "\"name\"",      ":", "\"", "",
+                                                  ",", "\"arguments\"", ":", "{"};
     if (header_step == 4) {  // the name's characters, escapes kept for the JSON parser
       if (name_escape) {
         name_escape = false;
@@ -727,8 +777,8 @@ struct ToolCallParser::State {
       auto it = spec->params.find(param_name);
       if (it != spec->params.end()) param = &it->second;
     }
-    static const std::set<std::string, std::less<>> kStringTypes = {"string", "str", "text",
-                                                                     "varchar", "char", "enum"};
+    static const std::set<std::string, std::less<>> kStringTypes = {"string",  "str",  "text",
+                                                                    "varchar", "char", "enum"};
     string_value = param == nullptr || (kStringTypes.contains(param->type) && !param->allows_null);
     value_started = false;
     pending_newline = false;

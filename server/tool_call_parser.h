@@ -30,10 +30,10 @@
 // answer of calls only has empty content (null in the API); when text follows a run of calls,
 // the whitespace that stood before the run separates it from the text before ("A <call> B" ->
 // "A B"). Other text before, between and after calls is content (vLLM's hermes drops text after
-// the first call; we keep it). Cost: O(1) per byte plus the JSON work on one XML value at its end (bounded
-// by ToolCallLimits); nothing is held that is not part of an unfinished tag, header or value.
-// The text is the detokenizer's (valid UTF-8): the parsers split it only at ASCII bytes and pass
-// other bytes through unchanged, so a complete call's arguments are valid JSON text.
+// the first call; we keep it). Cost: O(1) per byte plus the JSON work on one XML value at its end
+// (bounded by ToolCallLimits); nothing is held that is not part of an unfinished tag, header or
+// value. The text is the detokenizer's (valid UTF-8): the parsers split it only at ASCII bytes and
+// pass other bytes through unchanged, so a complete call's arguments are valid JSON text.
 #pragma once
 
 #include <cstddef>
@@ -75,11 +75,11 @@ inline constexpr size_t kMaxToolParams = 512;
 Result<std::vector<ToolSpec>> ReadToolSpecs(std::string_view tools_json);
 
 struct ToolCallLimits {
-  size_t max_calls = 64;                    // later `<tool_call>`s are content
-  size_t max_argument_bytes = 1 << 20;      // one call's arguments text; past it the call breaks
-  int max_argument_depth = 64;              // nesting of the arguments' arrays and objects
-  size_t max_name_bytes = 256;              // a function or parameter name
-  size_t max_header_bytes = 1024;           // `<tool_call>` up to the arguments
+  size_t max_calls = 64;                // later `<tool_call>`s are content
+  size_t max_argument_bytes = 1 << 20;  // one call's arguments text; past it the call breaks
+  int max_argument_depth = 64;          // nesting of the arguments' arrays and objects
+  size_t max_name_bytes = 256;          // a function or parameter name
+  size_t max_header_bytes = 1024;       // `<tool_call>` up to the arguments
 };
 
 // One call's piece of a stream delta: the first carries id and name (and maybe arguments), later
@@ -114,8 +114,7 @@ class ToolCallParser {
   // `tools`: the request's (a call naming another tool is content); empty: any name is taken.
   // `new_id` makes each call's id (tests pass a counter).
   ToolCallParser(ToolCallFormat format, std::shared_ptr<const std::vector<ToolSpec>> tools,
-                 ToolCallLimits limits = {},
-                 std::function<std::string()> new_id = NewToolCallId);
+                 ToolCallLimits limits = {}, std::function<std::string()> new_id = NewToolCallId);
   ~ToolCallParser();
   ToolCallParser(ToolCallParser&&) noexcept;
   ToolCallParser& operator=(ToolCallParser&&) noexcept;
