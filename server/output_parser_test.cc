@@ -2,11 +2,13 @@
 // (hermes, qwen3_xml) with prose, several calls, malformed and truncated calls, tags inside
 // strings; XML values converted by schema types as vLLM converts them; the streaming property
 // (the deltas of every cut of an answer concatenate to the non-streamed message); the bounds on
-// hostile answers; the `auto` choice over the real chat templates; the OpenAI JSON shapes.
+// hostile answers; the `auto` choice over the real chat templates, and their Jinja2-rendered
+// assistant turns parsed back to the messages they render; the OpenAI JSON shapes.
 #include "server/output_parser.h"
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -694,6 +696,91 @@ TEST(ChooseParsers, Names) {
   EXPECT_FALSE(ParseToolCallFormat("mistral").ok());
   EXPECT_EQ(*ParseReasoningFormat("deepseek_r1"), ReasoningFormat::kDeepSeekR1);
   EXPECT_NE(ParseReasoningFormat("r2").status().ToString().find("qwen3"), std::string::npos);
+}
+
+// The real formats: every assistant turn of the Jinja2 goldens (Hugging Face's rendering of the
+// Qwen3, Qwen3-Next and Qwen3.5 templates, testdata/) -- the text a model trained on the template
+// writes -- parsed back with the parsers `auto` picks: the calls, their arguments and the content
+// are the turn's own.
+std::string Trimmed(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return std::string(s);
+}
+
+TEST(RealTemplates, RenderedAssistantTurnsParseBack) {
+  const std::string data = MOESERVE_TESTDATA_DIR;
+  struct Golden {
+    std::string cases, chat_template;
+  };
+  const std::vector<Golden> goldens = {
+      {data + "/chat-templates/qwen3.5_cases.jsonl",
+       ReadText(data + "/chat-templates/qwen3.5.jinja")},
+      {data + "/qwen3-tokenizer/chat_cases.jsonl",
+       TemplateOfConfig(data + "/qwen3-tokenizer/tokenizer_config.json")},
+      {data + "/qwen3-tokenizer/chat_cases_qwen3_next_thinking.jsonl",
+       ReadText(data + "/qwen3-tokenizer/chat_template_qwen3_next_thinking.jinja")},
+  };
+  constexpr std::string_view kTurn = "<|im_start|>assistant\n";
+  int turns = 0, calls = 0;
+  for (const Golden& g : goldens) {
+    const ParserChoice choice = ChooseParsers(g.chat_template);
+    std::ifstream in(g.cases);
+    ASSERT_TRUE(in.good()) << g.cases;
+    std::string line;
+    while (std::getline(in, line)) {
+      const json c = json::parse(line);
+      SCOPED_TRACE(g.cases + " " + c.at("id").get<std::string>());
+      const std::string rendered = c.at("rendered").get<std::string>();
+      auto tools = std::make_shared<const std::vector<ToolSpec>>(
+          c.contains("tools") ? *ReadToolSpecs(c["tools"].dump()) : std::vector<ToolSpec>{});
+      size_t at = 0;
+      for (const json& m : c.at("messages")) {
+        if (m.at("role") != "assistant") continue;
+        // The k-th assistant message is the k-th assistant turn of the rendering.
+        at = rendered.find(kTurn, at);
+        ASSERT_NE(at, std::string::npos);
+        at += kTurn.size();
+        const size_t end = rendered.find("<|im_end|>", at);
+        if (end == std::string::npos) break;  // the last message, left open
+        const std::string turn = rendered.substr(at, end - at);
+        SCOPED_TRACE(turn);
+        OutputParserOptions o = Options(choice.tool_calls, choice.reasoning,
+                                        turn.find("</think>") != std::string::npos);
+        o.tools = tools;
+        const ParsedMessage parsed = Parse(o, turn);
+        ++turns;
+
+        std::string content = m.value("content", "");
+        std::string reasoning = m.value("reasoning_content", "");
+        if (size_t think_end = content.rfind("</think>"); think_end != std::string::npos) {
+          size_t think = content.find("<think>");
+          if (think != std::string::npos && reasoning.empty()) {
+            reasoning = content.substr(think + 7, think_end - think - 7);
+          }
+          content = content.substr(think_end + 8);
+        }
+        EXPECT_EQ(Trimmed(parsed.content), Trimmed(content));
+        // A history turn's reasoning may be left out by the template.
+        if (!Trimmed(parsed.reasoning).empty()) {
+          EXPECT_EQ(Trimmed(parsed.reasoning), Trimmed(reasoning));
+        }
+        const json expected = m.value("tool_calls", json::array());
+        ASSERT_EQ(parsed.tool_calls.size(), expected.size());
+        for (size_t i = 0; i < expected.size(); ++i) {
+          const json& fn = expected[i].at("function");
+          json args = fn.at("arguments");
+          if (args.is_string()) args = json::parse(args.get<std::string>());
+          EXPECT_EQ(parsed.tool_calls[i].name, fn.at("name"));
+          EXPECT_TRUE(parsed.tool_calls[i].complete);
+          EXPECT_EQ(json::parse(parsed.tool_calls[i].arguments), args);
+          ++calls;
+        }
+      }
+    }
+  }
+  EXPECT_GE(turns, 15);
+  EXPECT_GE(calls, 5);
 }
 
 // ---- tools ----
