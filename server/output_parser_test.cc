@@ -369,6 +369,9 @@ TEST(XmlToolCalls, ConvertXmlParamValue) {
   EXPECT_EQ(ConvertXmlParamValue("+12", &integer, 8), "12");
   EXPECT_EQ(ConvertXmlParamValue("99999999999999999999", &integer, 8), "\"99999999999999999999\"");
   EXPECT_EQ(ConvertXmlParamValue("[[[[1]]]]", &object, 8), "[[[[1]]]]");
+  // As Python's json.dumps writes what json.loads read: separators, key order, escapes, UTF-8.
+  EXPECT_EQ(ConvertXmlParamValue(R"({"z":1,"a":[true,null,2.5,"\u00e9\n"],"m":{}})", &object, 8),
+            "{\"z\": 1, \"a\": [true, null, 2.5, \"\u00e9\\n\"], \"m\": {}}");
   EXPECT_EQ(ConvertXmlParamValue("[[[[1]]]]", &object, 3), "\"[[[[1]]]]\"");  // too deep: text
   EXPECT_EQ(ConvertXmlParamValue("a\"\n\x01", nullptr, 8), "\"a\\\"\\n\\u0001\"");
 }

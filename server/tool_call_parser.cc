@@ -77,6 +77,34 @@ std::string JsonString(std::string_view s) {
   return out;
 }
 
+// `value` as Python's json.dumps(value, ensure_ascii=False) writes it: ", " and ": " between
+// items, keys in their order. Recursion is bounded by the depth ParseJson allowed.
+void AppendPythonJson(const nlohmann::ordered_json& value, std::string* out) {
+  if (value.is_string()) {
+    *out += JsonString(value.get_ref<const std::string&>());
+  } else if (value.is_array()) {
+    out->push_back('[');
+    for (size_t i = 0; i < value.size(); ++i) {
+      if (i > 0) out->append(", ");
+      AppendPythonJson(value[i], out);
+    }
+    out->push_back(']');
+  } else if (value.is_object()) {
+    out->push_back('{');
+    bool first = true;
+    for (const auto& [key, item] : value.items()) {
+      if (!first) out->append(", ");
+      first = false;
+      *out += JsonString(key);
+      out->append(": ");
+      AppendPythonJson(item, out);
+    }
+    out->push_back('}');
+  } else {
+    out->append(value.dump());  // numbers, true, false, null
+  }
+}
+
 std::string Lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -449,9 +477,11 @@ std::string ConvertXmlParamValue(std::string_view text, const ToolParam* param, 
     return lower == "true" ? "true" : "false";
   }
   // object, array and types vLLM hands to json.loads / ast.literal_eval.
-  Result<json> value = ParseJson(text, "", max_depth);
-  if (value.ok()) return value->dump(-1, ' ', false, json::error_handler_t::replace);
-  return JsonString(text);
+  Result<nlohmann::ordered_json> value = ParseJson<nlohmann::ordered_json>(text, "", max_depth);
+  if (!value.ok()) return JsonString(text);
+  std::string out;
+  AppendPythonJson(*value, &out);
+  return out;
 }
 
 struct ToolCallParser::State {
