@@ -266,9 +266,12 @@ TEST(HermesToolCalls, MalformedArgumentsBreakTheCallOnly) {
   EXPECT_MESSAGE(m, Message("", "Done.", {Call("call_0", "get_weather", R"({"city": )", false)}));
   EXPECT_STREQ(ChatFinishReason(m, "stop"), "stop");
   // Every way JSON can go wrong byte-wise, then the closing tag: the call stops at the bad byte.
-  for (std::string bad : {R"({"a": 01})", R"({"a": 1.})", R"({"a": -})", R"({"a": tru})",
-                          R"({"a" 1})", R"({"a": 1,})", R"({,})", R"({"a": "\x"})",
-                          "{\"a\": \"\x01\"}", R"({"a": [1 2]})", R"({"a": 1])", R"({"a": 1e})"}) {
+  // Numbers a double cannot hold, and longer than 64 bytes, are refused too.
+  for (std::string bad : std::vector<std::string>{
+           R"({"a": 01})", R"({"a": 1.})", R"({"a": -})", R"({"a": tru})", R"({"a" 1})",
+           R"({"a": 1,})", R"({,})", R"({"a": "\x"})", "{\"a\": \"\x01\"}", R"({"a": [1 2]})",
+           R"({"a": 1])", R"({"a": 1e})", R"({"a": 1e999})", R"({"a": [-1e400]})",
+           "{\"a\": 1" + std::string(70, '0') + "}"}) {
     SCOPED_TRACE(bad);
     m = Parse(o, "<tool_call>{\"name\": \"typed\", \"arguments\": " + bad + "}</tool_call>ok");
     ASSERT_EQ(m.tool_calls.size(), 1u);

@@ -233,6 +233,7 @@ class JsonPrefixScanner {
     if (c == '-' || (c >= '0' && c <= '9')) {
       mode_ = Mode::kNumber;
       num_ = c == '-' ? Num::kMinus : c == '0' ? Num::kZero : Num::kInt;
+      number_.assign(1, c);
       return Step::kMore;
     }
     for (std::string_view lit : {"true", "false", "null"}) {
@@ -269,6 +270,11 @@ class JsonPrefixScanner {
 
   Step Number(char c) {
     const bool digit = c >= '0' && c <= '9';
+    const bool part = digit || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-';
+    if (part) {
+      number_.push_back(c);
+      if (number_.size() > kMaxNumberBytes) return Step::kBad;
+    }
     switch (num_) {
       case Num::kMinus:
         if (c == '0')
@@ -316,13 +322,19 @@ class JsonPrefixScanner {
         break;
     }
     // The number ended before c (numbers only end inside a container: the top is an object).
-    if (stack_.empty()) return Step::kBad;
+    // One a double cannot hold (1e999) is refused: JSON parsers (nlohmann's, the clients') may
+    // reject it, so the call would not be the JSON it claims to be.
+    if (stack_.empty() || !std::isfinite(std::strtod(number_.c_str(), nullptr))) return Step::kBad;
     mode_ = Mode::kAfterValue;
     return Push(c);
   }
 
+  // A number's text, checked at its end; longer than any double needs is refused.
+  static constexpr size_t kMaxNumberBytes = 64;
+
   int max_depth_;
   std::vector<char> stack_;
+  std::string number_;
   Mode mode_ = Mode::kValue;
   bool in_key_ = false;
   int hex_left_ = 0;
