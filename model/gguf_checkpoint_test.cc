@@ -624,6 +624,15 @@ TEST(GgufCheckpointTest, StopsOnTheTurnAndTextEnds) {
   EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{501, 7, 500}));
 }
 
+// Every architecture moeserve runs reads and writes as GGUF under llama.cpp's name for it.
+TEST(GgufCheckpointTest, EveryArchitectureHasItsGgufName) {
+  EXPECT_EQ(GgufArchitectureName(io::Architecture::kQwen3Next), "qwen3next");
+  EXPECT_EQ(GgufArchitectureName(io::Architecture::kQwen3_5Moe), "qwen35moe");
+  EXPECT_EQ(GgufArchitectureName(io::Architecture::kQwen3Moe), "qwen3moe");
+  EXPECT_EQ(GgufArchitectureName(io::Architecture::kQwen3), "qwen3");
+  EXPECT_EQ(GgufArchitectureName(io::Architecture::kLlama), "llama");
+}
+
 // Files that lie about the model are refused naming the key or tensor.
 TEST(GgufCheckpointTest, RefusesMalformedModelsNamingTheField) {
   const std::string& dir = testing::MadeModel("gguf_qwen3moe", kQwen3MoeFlags);

@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "core/check.h"
 #include "kernels/ref/ggml_blocks_ref.h"
 #include "model/checkpoint_layout.h"
 #include "model/arch/qwen3_next.h"
@@ -145,11 +146,9 @@ std::vector<int64_t> TiledValueOrder(const io::ModelConfig& c, int64_t unit, int
 
 Status AddGgufModel(const io::ModelConfig& config, const io::SafetensorsCheckpoint& checkpoint,
                     DType matrix_dtype, io::GgufWriter& writer) {
+  // Every architecture moeserve runs has its GGUF name (gguf_checkpoint.cc's table).
   const std::string_view arch = GgufArchitectureName(config.architecture);
-  if (arch.empty()) {
-    return Unimplemented("GGUF export covers qwen3moe, qwen3, qwen3next, qwen35moe and llama, not {}",
-                         config.architecture_name);
-  }
+  CHECK(!arch.empty()) << config.architecture_name << " has no GGUF architecture name";
   const io::ModelConfig::GgufLayout& read = config.gguf;
   if (read.block_quantized || read.gdn_qkv_z_split || read.gdn_a_negated || read.norms_with_one ||
       read.rope_rows_interleaved || read.gdn_v_heads_tiled || read.experts_split) {
