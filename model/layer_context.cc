@@ -88,17 +88,17 @@ void MatMul(const LayerContext& ctx, const float* x, int64_t x_stride, int64_t M
     return;
   }
   // A fused matrix has a block per checkpoint tensor it joins: q, k, v at most.
-  constexpr size_t kMaxBlocks = 8;
-  CHECK_LE(W.blocks().size(), kMaxBlocks);
-  std::array<kernels::MatMulJob, kMaxBlocks> jobs;
+  std::array<kernels::MatMulJob, 8> jobs;
   int64_t num_jobs = 0;
-  AddMatMulJobs(ctx, x, x_stride, M, W, y, y_stride, jobs.data(), &num_jobs);
+  AddMatMulJobs(ctx, x, x_stride, M, W, y, y_stride, jobs, &num_jobs);
   kernels::MatMulGroup(jobs.data(), num_jobs, ctx.pool);
 }
 
 void AddMatMulJobs(const LayerContext& ctx, const float* x, int64_t x_stride, int64_t M,
-                   const WeightMatrix& W, float* y, int64_t y_stride, kernels::MatMulJob* jobs,
-                   int64_t* num_jobs) {
+                   const WeightMatrix& W, float* y, int64_t y_stride,
+                   std::span<kernels::MatMulJob> jobs, int64_t* num_jobs) {
+  CHECK_LE(*num_jobs + static_cast<int64_t>(W.blocks().size()),
+           static_cast<int64_t>(jobs.size()));
   for (const WeightMatrix::Block& b : W.blocks()) {
     const Tensor& w = b.rows.view();
     jobs[(*num_jobs)++] = {x, x_stride, M, &w, y + b.first_row, y_stride,

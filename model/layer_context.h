@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -110,10 +111,10 @@ void MatMul(const LayerContext& ctx, const float* x, int64_t x_stride, int64_t M
 // join (kernels::MatMulGroup).
 void MatMul(const LayerContext& ctx, const float* x, int64_t x_stride, int64_t M,
             const WeightMatrix& W, float* y, int64_t y_stride);
-// Appends the jobs of x W^T for W's blocks to jobs[*num_jobs ...] (room for
-// W.blocks().size() more), for a MatMulGroup that runs them with other products.
+// Appends the jobs of x W^T for W's blocks to jobs from *num_jobs on (a CHECK fails when jobs has
+// no room), for a MatMulGroup that runs them with other products.
 void AddMatMulJobs(const LayerContext& ctx, const float* x, int64_t x_stride, int64_t M,
-                   const WeightMatrix& W, float* y, int64_t y_stride, kernels::MatMulJob* jobs,
-                   int64_t* num_jobs);
+                   const WeightMatrix& W, float* y, int64_t y_stride,
+                   std::span<kernels::MatMulJob> jobs, int64_t* num_jobs);
 
 }  // namespace moeserve::model

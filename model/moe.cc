@@ -83,12 +83,10 @@ void RoutedExperts(const LayerContext& ctx, const MoeWeights& w, const float* x,
   // more rows is a group of its own), each group with one join per projection for all of its
   // experts (MatMulGroup) instead of one per expert.
   const int64_t I = c.moe_intermediate_size, Is = c.shared_expert_intermediate_size;
-  // Jobs: a block of rows of gate_up (or one down) per expert, and the shared expert's.
-  int64_t max_blocks = static_cast<int64_t>(w.shared.gate_up.blocks().size());
-  for (const SwiGluWeights& expert : w.experts) {
-    max_blocks += std::max<int64_t>(1, static_cast<int64_t>(expert.gate_up.blocks().size()));
-  }
-  kernels::MatMulJob* jobs = Grow(s.moe_jobs, max_blocks);
+  // Jobs: per expert and for the shared one, gate_up's blocks (one, or a file's gate and up:
+  // kMaxSwiGluBlocks) or its down.
+  const std::span<kernels::MatMulJob> jobs(Grow(s.moe_jobs, kMaxSwiGluBlocks * (E + 1)),
+                                           static_cast<size_t>(kMaxSwiGluBlocks * (E + 1)));
   std::memset(out, 0, T * H * sizeof(float));
   for (int64_t e0 = 0; e0 < E;) {
     int64_t e1 = e0 + 1;
@@ -113,7 +111,7 @@ void RoutedExperts(const LayerContext& ctx, const MoeWeights& w, const float* x,
       AddMatMulJobs(ctx, x + shared.begin * H, H, shared.count(), w.shared.gate_up,
                     s.shared_mid.data() + shared.begin * 2 * Is, 2 * Is, jobs, &num_jobs);
     }
-    kernels::MatMulGroup(jobs, num_jobs, ctx.pool);
+    kernels::MatMulGroup(jobs.data(), num_jobs, ctx.pool);
     for (int64_t i = 0; i < rows; ++i) {
       kernels::SwiGlu(mid + i * 2 * I, mid + i * 2 * I + I, mid + i * 2 * I, I);
     }
@@ -136,7 +134,7 @@ void RoutedExperts(const LayerContext& ctx, const MoeWeights& w, const float* x,
                           &down, s.shared_out.data() + shared.begin * H, H,
                           ActivationsFor(down, ctx.ggml_activations)};
     }
-    kernels::MatMulGroup(jobs, num_jobs, ctx.pool);
+    kernels::MatMulGroup(jobs.data(), num_jobs, ctx.pool);
     // Pairs in expert order, so each token adds its experts in ascending id.
     for (int64_t p = base; p < offsets[e1]; ++p) {
       kernels::Axpy(weights[sorted[p]], y + (p - base) * H, out + (sorted[p] / k) * H, H);

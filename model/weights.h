@@ -46,6 +46,9 @@ struct GdnWeights {
   OwnedTensor out_proj;         // [H, value_dim]
 };
 
+// Blocks of rows a SwiGLU block's gate_up has at most: gate and up, as a GGUF file stores them.
+inline constexpr int64_t kMaxSwiGluBlocks = 2;
+
 // One SwiGLU block: down(silu(gate x) * up x).
 struct SwiGluWeights {
   WeightMatrix gate_up;  // [2 I, H], rows [gate | up]
