@@ -67,8 +67,12 @@ struct Shared {
 template <class Stream>
 class Connection : public std::enable_shared_from_this<Connection<Stream>> {
  public:
-  Connection(Stream stream, Shared& shared, bool eof_is_hangup)
-      : stream_(std::move(stream)),
+  // `lifetime` is released after every member, the stream's timers included: whoever watches
+  // it knows when the connection no longer touches its io_context.
+  Connection(Stream stream, Shared& shared, bool eof_is_hangup,
+             std::shared_ptr<const void> lifetime = nullptr)
+      : lifetime_(std::move(lifetime)),
+        stream_(std::move(stream)),
         s_(shared),
         eof_is_hangup_(eof_is_hangup),
         work_(net::make_strand(shared.work)) {
@@ -435,6 +439,7 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
     stream_.socket().close(ignored);
   }
 
+  std::shared_ptr<const void> lifetime_;  // first, so destroyed last
   Stream stream_;
   Shared& s_;
   const bool eof_is_hangup_;
@@ -589,11 +594,13 @@ std::string HttpFront::ServeBytes(std::string_view bytes) {
   auto guard = net::make_work_guard(io);
   net::local::stream_protocol::socket server_side(io);
   server_side.assign(net::local::stream_protocol(), fds[0]);
-  auto c = std::make_shared<Connection<LocalStream>>(LocalStream(std::move(server_side)),
-                                                     impl_->shared, /*eof_is_hangup=*/false);
-  c->Start();
-  const std::weak_ptr<Connection<LocalStream>> alive = c;
-  c.reset();
+  // The last holder of the connection may be another thread (the engine loop's wake-up): the
+  // io_context must outlive its destructor, not only its last reference.
+  auto lifetime = std::make_shared<int>(0);
+  const std::weak_ptr<int> alive = lifetime;
+  std::make_shared<Connection<LocalStream>>(LocalStream(std::move(server_side)), impl_->shared,
+                                            /*eof_is_hangup=*/false, std::move(lifetime))
+      ->Start();
   std::thread runner([&io] { io.run(); });
   std::thread writer([&bytes, fd = fds[1]] {
     size_t at = 0;
