@@ -68,6 +68,11 @@ struct Options {
   std::string stop_token_ids;
   int64_t logprobs = 0;
   int64_t prompt_logprobs = 0;
+  // Structured output of every request (a line's own key replaces it).
+  std::string json_schema_file;
+  std::string regex;
+  std::string choice;
+  std::string grammar_file;
   bool json = false;
   std::string dump_activations;
   bool max_num_seqs_given = false;  // --max-num-seqs was on the command line
@@ -97,6 +102,51 @@ json ParseJsonOrDiscarded(const std::string& text) {
   return j.ok() ? std::move(*j) : json(json::value_t::discarded);
 }
 
+// --json-schema FILE, --regex R, --choice a,b, --grammar FILE: the guided_* key of each, so that a
+// flag and a line mean the same; one of them at most.
+Status StructuredOutputFlags(const Options& o, const FlagSet& flags, engine::SamplingParams& p) {
+  const size_t max_bytes = structured::Limits{}.max_spec_bytes;
+  const char* given = nullptr;
+  for (const char* flag : {"json-schema", "regex", "choice", "grammar"}) {
+    if (!flags.WasSet(flag)) continue;
+    if (given != nullptr) {
+      return InvalidArgument("--{} and --{}: give one kind of structured output", given, flag);
+    }
+    given = flag;
+  }
+  if (given == nullptr) return OkStatus();
+  const std::string flag = fmt::format("--{}", given);
+  json value;
+  std::string_view key;
+  if (flags.WasSet("json-schema")) {
+    Result<std::string> text = ReadTextFile(o.json_schema_file, max_bytes);
+    if (!text.ok()) return text.status().WithContext(flag);
+    value = std::move(*text);
+    key = "guided_json";
+  } else if (flags.WasSet("grammar")) {
+    Result<std::string> text = ReadTextFile(o.grammar_file, max_bytes);
+    if (!text.ok()) return text.status().WithContext(flag);
+    value = std::move(*text);
+    key = "guided_grammar";
+  } else if (flags.WasSet("regex")) {
+    value = o.regex;
+    key = "guided_regex";
+  } else {
+    value = json::array();
+    for (size_t start = 0;;) {
+      const size_t comma = o.choice.find(',', start);
+      value.push_back(o.choice.substr(start, comma - start));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    key = "guided_choice";
+  }
+  bool known = false;
+  RETURN_IF_ERROR(ApplySamplingKey(key, value, p, &known).WithContext(flag));
+  CHECK(known) << key;
+  return OkStatus();
+}
+
 // The flags' SamplingParams. The flags that are not plain numbers -- the seed (-1: none), stop
 // strings, stop ids, logprobs (which exist only when given) -- are read as JSON values of their
 // keys, so that a flag and a line mean the same.
@@ -119,14 +169,15 @@ Result<engine::SamplingParams> SamplingDefaults(const Options& o, const FlagSet&
     RETURN_IF_ERROR(ApplySamplingKey(key, value, p, &known).WithContext(flag));
     CHECK(known) << key;
   }
+  RETURN_IF_ERROR(StructuredOutputFlags(o, flags, p));
   return p;
 }
 
 // The one request of --prompt / --token-ids, sampled as the flags say.
 Result<RequestSpec> SinglePrompt(const Options& o, const ParseContext& ctx,
                                  const engine::SamplingParams& params) {
-  RequestSpec spec{0, o.prompt.empty() ? "--token-ids" : "--prompt", {}, params};
-  RETURN_IF_ERROR(NameTheFlag(PrepareParams(ctx, spec.params)));
+  RequestSpec spec{0, o.prompt.empty() ? "--token-ids" : "--prompt", {}, params, nullptr};
+  RETURN_IF_ERROR(NameTheFlag(PrepareParams(ctx, spec)));
   if (o.prompt.empty()) {
     ASSIGN_OR_RETURN(spec.prompt, ParseTokenIds(o.token_ids, ctx.vocab_size));  // names the flag
     return spec;
@@ -185,7 +236,7 @@ Result<std::vector<RequestResult>> RunRequests(engine::Engine& engine,
   for (size_t s = 0; s < specs.size(); ++s) {
     const std::vector<engine::SamplingParams> choices = engine::FanOut(specs[s].params);
     for (size_t c = 0; c < choices.size(); ++c) {
-      Result<int64_t> id = engine.AddRequest(specs[s].prompt, choices[c]);
+      Result<int64_t> id = engine.AddRequest(specs[s].prompt, choices[c], specs[s].grammar);
       if (!id.ok()) {
         return id.status().WithContext(
             fmt::format("request {} ({})", specs[s].index, specs[s].origin));
@@ -344,7 +395,13 @@ int Run(const Options& o, const engine::SamplingParams& defaults) {
   Result<io::ModelConfig> model_config = model::LoadModelConfigAt(*dir);
   if (!model_config.ok()) return RuntimeError(kCommand, model_config.status());
   Result<std::unique_ptr<tokenizer::Tokenizer>> tok = LoadModelTokenizer(*dir);
-  const ParseContext ctx{tok.ok() ? tok->get() : nullptr, tok.status(), model_config->vocab_size};
+  std::optional<structured::GrammarCache> grammars;
+  if (tok.ok()) {
+    grammars.emplace(**tok, std::vector<int32_t>(model_config->eos_token_ids.begin(),
+                                                 model_config->eos_token_ids.end()));
+  }
+  const ParseContext ctx{tok.ok() ? tok->get() : nullptr, tok.status(), model_config->vocab_size,
+                         grammars ? &*grammars : nullptr};
   std::vector<RequestSpec> specs;
   if (from_file) {
     Result<std::vector<RequestSpec>> read = ReadPromptsFile(o.prompts_file, ctx, defaults);
@@ -475,6 +532,14 @@ int RunGenerate(const std::vector<std::string>& args) {
             "(-1: all; not given: none)");
   flags.Int("prompt-logprobs", &o.prompt_logprobs,
             "with --json: the same per prompt token (not given: none)");
+  flags.String("json-schema", &o.json_schema_file,
+               "structured output: every output is JSON valid under the JSON Schema in this file "
+               "(a line's guided_json, response_format or structured_outputs replaces it)");
+  flags.String("regex", &o.regex, "structured output: every output matches this regex whole");
+  flags.String("choice", &o.choice,
+               "structured output: every output is one of these comma-separated strings");
+  flags.String("grammar", &o.grammar_file,
+               "structured output: every output is a sentence of the GBNF grammar in this file");
   flags.Bool("json", &o.json,
              "print JSON: per request and choice token ids, text, finish reason, TTFT, TPOT");
   flags.String("dump-activations", &o.dump_activations,

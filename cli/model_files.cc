@@ -8,6 +8,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
 #include "core/json.h"
 #include "io/gguf.h"
 #include "model/model_files.h"
@@ -17,13 +18,25 @@ namespace moeserve::cli {
 
 using nlohmann::json;
 
-Result<std::string> ReadTextFile(const std::string& path) {
+Result<std::string> ReadTextFile(const std::string& path, size_t max_bytes) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return IoError("cannot open {}", path);
-  std::ostringstream text;
-  text << in.rdbuf();
+  if (max_bytes == std::numeric_limits<size_t>::max()) {
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (in.bad()) return IoError("reading {} failed", path);
+    return std::move(text).str();
+  }
+  std::string text;
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof(buffer)) || in.gcount() > 0) {
+    text.append(buffer, static_cast<size_t>(in.gcount()));
+    if (text.size() > max_bytes) {
+      return InvalidArgument("{} holds more than {} bytes", path, max_bytes);
+    }
+  }
   if (in.bad()) return IoError("reading {} failed", path);
-  return std::move(text).str();
+  return text;
 }
 
 namespace {
@@ -85,7 +98,7 @@ Result<std::optional<tokenizer::ChatTemplate>> LoadChatTemplate(const std::strin
 }
 
 Result<ModelTokenizer> LoadModelTokenizerAndTemplate(const std::string& dir,
-                                                    const std::string& file) {
+                                                     const std::string& file) {
   ModelTokenizer out;
   if (model::IsGgufModel(dir)) {
     ASSIGN_OR_RETURN(tokenizer::GgufTokenizer g, OpenGgufTokenizer(dir));
@@ -107,9 +120,8 @@ Result<tokenizer::ChatTemplate> RequiredChatTemplate(
     const std::string& dir, Result<std::optional<tokenizer::ChatTemplate>> loaded) {
   ASSIGN_OR_RETURN(std::optional<tokenizer::ChatTemplate> chat, std::move(loaded));
   if (!chat) {
-    return NotFound(
-        "{} has no {} with a chat template (--chat-template FILE gives one)", dir,
-        model::IsGgufModel(dir) ? "tokenizer.chat_template" : "tokenizer_config.json");
+    return NotFound("{} has no {} with a chat template (--chat-template FILE gives one)", dir,
+                    model::IsGgufModel(dir) ? "tokenizer.chat_template" : "tokenizer_config.json");
   }
   return *std::move(chat);
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -16,7 +17,9 @@
 
 namespace moeserve::cli {
 
-Result<std::string> ReadTextFile(const std::string& path);
+// The file's bytes; InvalidArgument when it holds more than max_bytes (a device, a wrong file).
+Result<std::string> ReadTextFile(const std::string& path,
+                                 size_t max_bytes = std::numeric_limits<size_t>::max());
 
 // The tokenizer of the model at `path`: a folder's tokenizer.json, a GGUF file's metadata.
 Result<std::unique_ptr<tokenizer::Tokenizer>> LoadModelTokenizer(const std::string& path);
@@ -42,7 +45,7 @@ struct ModelTokenizer {
       std::optional<tokenizer::ChatTemplate>();
 };
 Result<ModelTokenizer> LoadModelTokenizerAndTemplate(const std::string& dir,
-                                                    const std::string& file);
+                                                     const std::string& file);
 
 // What the model folder's generation_config.json changes in the defaults (vLLM's
 // --generation-config auto: get_diff_sampling_param and update_from_generation_config).

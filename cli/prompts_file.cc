@@ -39,8 +39,10 @@ Result<std::vector<int32_t>> PromptTokenIds(const json& v, int64_t vocab_size) {
 
 // One --prompts-file line: {"prompt": TEXT} or {"token_ids": [...]} plus any of vLLM's sampling
 // parameters. A null value means "not given". `spec.params` holds the defaults on entry.
-Status ParseRequestLine(const json& line, const ParseContext& ctx, RequestSpec& spec) {
+Status ParseRequestLine(const json& line, std::string_view line_text, const ParseContext& ctx,
+                        RequestSpec& spec) {
   if (!line.is_object()) return InvalidArgument("expected a JSON object");
+  RETURN_IF_ERROR(engine::CheckOneStructuredOutput(line));
   std::optional<std::string> text;
   std::optional<std::vector<int32_t>> ids;
   for (const auto& [key, value] : line.items()) {
@@ -62,10 +64,11 @@ Status ParseRequestLine(const json& line, const ParseContext& ctx, RequestSpec& 
       return InvalidArgument("\"prompt\" must be a string");
     }
   }
+  engine::KeepSchemaOrder(line_text, spec.params);
   if (text.has_value() == ids.has_value()) {
     return InvalidArgument("give exactly one of \"prompt\" and \"token_ids\"");
   }
-  RETURN_IF_ERROR(PrepareParams(ctx, spec.params));
+  RETURN_IF_ERROR(PrepareParams(ctx, spec));
   if (!text) {
     spec.prompt = std::move(*ids);
     return OkStatus();
@@ -78,14 +81,26 @@ Status ParseRequestLine(const json& line, const ParseContext& ctx, RequestSpec& 
 
 }  // namespace
 
-Status PrepareParams(const ParseContext& ctx, engine::SamplingParams& p) {
-  const char* needs = !p.stop.empty() ? "stop" : !p.bad_words.empty() ? "bad_words" : nullptr;
+Status PrepareParams(const ParseContext& ctx, RequestSpec& spec) {
+  engine::SamplingParams& p = spec.params;
+  const char* needs = !p.stop.empty()                    ? "stop"
+                      : !p.bad_words.empty()             ? "bad_words"
+                      : p.structured_outputs.has_value() ? "structured output"
+                                                         : nullptr;
   if (needs != nullptr) {
     // As for a text prompt, a folder without a (readable) tokenizer is a runtime failure.
     if (ctx.tok == nullptr) {
       return NotFound("{} needs the model's tokenizer: {}", needs, ctx.tok_status.message());
     }
     RETURN_IF_ERROR(engine::ResolveBadWords(p, *ctx.tok));
+  }
+  spec.grammar = nullptr;
+  if (p.structured_outputs.has_value()) {
+    if (ctx.grammars == nullptr) return NotFound("structured output needs the model's tokenizer");
+    Result<std::shared_ptr<const structured::CompiledGrammar>> compiled =
+        ctx.grammars->Get(*p.structured_outputs);
+    if (!compiled.ok()) return compiled.status().WithContext("structured_outputs");
+    spec.grammar = std::move(*compiled);
   }
   return p.Validate(ctx.vocab_size);
 }
@@ -119,9 +134,9 @@ Result<std::vector<RequestSpec>> ParsePromptsText(std::string_view text, const s
     start = end + 1;
     ++number;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    RequestSpec spec{number - 1, fmt::format("{}:{}", path, number), {}, defaults};
+    RequestSpec spec{number - 1, fmt::format("{}:{}", path, number), {}, defaults, nullptr};
     Result<json> parsed = ParseJson(line, "the line");
-    Status s = parsed.ok() ? ParseRequestLine(*parsed, ctx, spec) : parsed.status();
+    Status s = parsed.ok() ? ParseRequestLine(*parsed, line, ctx, spec) : parsed.status();
     if (!s.ok()) return s.WithContext(spec.origin);
     specs.push_back(std::move(spec));
   }

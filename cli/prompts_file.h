@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "engine/sampling_params.h"
+#include "structured/grammar_cache.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::cli {
@@ -19,6 +20,8 @@ struct ParseContext {
   const tokenizer::Tokenizer* tok;  // null when the model folder has none
   Status tok_status;                // why there is none
   int64_t vocab_size;
+  // Compiles the requests' structured output (null without a tokenizer: they are refused).
+  structured::GrammarCache* grammars = nullptr;
 };
 
 // One request of the run, as parsed: where it came from, its prompt and how it samples. It
@@ -27,13 +30,15 @@ struct RequestSpec {
   int64_t index = 0;   // 0-based line number in --prompts-file; 0 for a single prompt
   std::string origin;  // for messages: "--prompt", "--token-ids", "FILE:LINE" (1-based)
   std::vector<int32_t> prompt;
-  engine::SamplingParams params;  // validated, bad words resolved
+  engine::SamplingParams params;                               // validated, bad words resolved
+  std::shared_ptr<const structured::CompiledGrammar> grammar;  // params.structured_outputs'
 };
 
 // What a request's parameters need of the tokenizer -- stop strings are matched on the
-// detokenized text, bad words are tokenized here -- then vLLM's checks (InvalidArgument naming
-// the parameter; they include the bad words' token ids).
-Status PrepareParams(const ParseContext& ctx, engine::SamplingParams& p);
+// detokenized text, bad words are tokenized here, structured output compiled into spec.grammar
+// -- then vLLM's checks (InvalidArgument naming the parameter; they include the bad words' token
+// ids).
+Status PrepareParams(const ParseContext& ctx, RequestSpec& spec);
 
 // A text prompt's ids (not empty, inside the vocabulary).
 Result<std::vector<int32_t>> EncodePrompt(const ParseContext& ctx, const std::string& text);

@@ -6,7 +6,9 @@
 // parser builds anything, so no later recursion can go deeper than that.
 #pragma once
 
+#include <initializer_list>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string_view>
 
 #include "core/status.h"
@@ -24,6 +26,13 @@ int JsonNestingDepth(std::string_view text);
 // OK, or "<what>: nests deeper than <limit> levels (found N)" (no "<what>: " when what is
 // empty: the caller adds its own context).
 Status CheckJsonDepth(std::string_view text, std::string_view what, int limit = kMaxJsonDepth);
+
+// The text of the value at `path` (object keys, outermost first) inside valid JSON text, as it is
+// written there (keys in their order: nlohmann::json sorts them), or nullopt when some key is
+// missing or a value on the way is not an object. A key given twice: the last one, as the
+// parser keeps. One pass, no recursion; for text ParseJson accepted.
+std::optional<std::string_view> RawJsonMember(std::string_view text,
+                                              std::initializer_list<std::string_view> path);
 
 // InvalidArgument "<what>: not valid JSON: <detail>" (no "<what>: " when what is empty).
 Status NotValidJson(std::string_view what, std::string_view detail);

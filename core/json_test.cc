@@ -57,5 +57,25 @@ TEST(ParseJsonTest, InvalidJsonNamesWhat) {
   EXPECT_FALSE(ParseJson("[1] trailing", "x").ok());
 }
 
+TEST(RawJsonMemberTest, FindsTheValueAsWritten) {
+  const std::string text =
+      R"( {"a": 1, "s": {"z": [1, {"}": "]"}], "b": "x\"y", "a": null},
+           "r": {"json_schema": {"schema": {"zeta": 1, "alpha": {}}}}} )";
+  EXPECT_EQ(RawJsonMember(text, {"a"}), "1");
+  EXPECT_EQ(RawJsonMember(text, {"s", "z"}), R"([1, {"}": "]"}])");
+  EXPECT_EQ(RawJsonMember(text, {"s", "b"}), R"("x\"y")");
+  EXPECT_EQ(RawJsonMember(text, {"s", "a"}), "null");
+  EXPECT_EQ(RawJsonMember(text, {"r", "json_schema", "schema"}), R"({"zeta": 1, "alpha": {}})");
+  EXPECT_EQ(RawJsonMember(text, {"missing"}), std::nullopt);
+  EXPECT_EQ(RawJsonMember(text, {"a", "b"}), std::nullopt);  // 1 is not an object
+  // The last of a key given twice, and a key in an escaped spelling.
+  EXPECT_EQ(RawJsonMember(R"({"k": 1, "k": [2]})", {"k"}), "[2]");
+  EXPECT_EQ(RawJsonMember(R"({"g\u0075ided_json": {"b": 1, "a": 2}})", {"guided_json"}),
+            R"({"b": 1, "a": 2})");
+  // What nlohmann::json parses the same.
+  const nlohmann::json parsed = nlohmann::json::parse(text);
+  EXPECT_EQ(nlohmann::json::parse(*RawJsonMember(text, {"s"})), parsed["s"]);
+}
+
 }  // namespace
 }  // namespace moeserve

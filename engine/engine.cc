@@ -246,7 +246,8 @@ std::vector<SamplingParams> FanOut(const SamplingParams& params) {
   return choices;
 }
 
-Result<int64_t> Engine::AddRequest(std::vector<int32_t> prompt, SamplingParams params) {
+Result<int64_t> Engine::AddRequest(std::vector<int32_t> prompt, SamplingParams params,
+                                   std::shared_ptr<const structured::CompiledGrammar> grammar) {
   // The checks in their old order, so that a request with several faults is refused for the same
   // one; PrepareParams validates again (cheap next to the rest).
   RETURN_IF_ERROR(CheckPromptIds(prompt));
@@ -256,7 +257,7 @@ Result<int64_t> Engine::AddRequest(std::vector<int32_t> prompt, SamplingParams p
                            params.n);
   }
   ASSIGN_OR_RETURN(std::shared_ptr<const PreparedParams> prepared,
-                   PrepareParams(std::move(params)));
+                   PrepareParams(std::move(params), std::move(grammar)));
   ASSIGN_OR_RETURN(std::unique_ptr<Request> request,
                    PrepareRequest(std::move(prompt), std::move(prepared), 0, seeds_()));
   return AddPrepared(std::move(request));
@@ -273,8 +274,10 @@ Status Engine::CheckPromptIds(std::span<const int32_t> prompt) const {
   return OkStatus();
 }
 
-Result<std::shared_ptr<const PreparedParams>> Engine::PrepareParams(SamplingParams params) const {
-  return engine::PrepareParams(std::move(params), eos_token_ids_, model().config().vocab_size);
+Result<std::shared_ptr<const PreparedParams>> Engine::PrepareParams(
+    SamplingParams params, std::shared_ptr<const structured::CompiledGrammar> grammar) const {
+  return engine::PrepareParams(std::move(params), eos_token_ids_, model().config().vocab_size,
+                               std::move(grammar));
 }
 
 Result<std::unique_ptr<Request>> Engine::PrepareRequest(

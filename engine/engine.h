@@ -98,8 +98,10 @@ class Engine {
   // outside the vocabulary, a prompt longer than max_model_len, and invalid sampling parameters
   // (SamplingParams::Validate; n must be 1 here -- FanOut makes a request per choice). The EOS
   // ids are the model config's. Bad words must be resolved (ResolveBadWords) by the caller.
-  // PrepareParams, PrepareRequest and AddPrepared, all on the caller's thread.
-  Result<int64_t> AddRequest(std::vector<int32_t> prompt, SamplingParams params);
+  // PrepareParams, PrepareRequest and AddPrepared, all on the caller's thread. grammar: the
+  // params' structured_outputs compiled (null when they ask for none).
+  Result<int64_t> AddRequest(std::vector<int32_t> prompt, SamplingParams params,
+                             std::shared_ptr<const structured::CompiledGrammar> grammar = nullptr);
 
   // AddRequest in parts, for a caller (the server) that makes requests on other threads than the
   // one that steps the engine: what depends only on the request is made by the const, thread-safe
@@ -108,7 +110,11 @@ class Engine {
   //
   // Validates and normalizes an API request's sampling parameters (any n) and builds the
   // sampler's tables, once for all of its choices. O(k log k) in the lengths of its lists.
-  Result<std::shared_ptr<const PreparedParams>> PrepareParams(SamplingParams params) const;
+  // grammar: params.structured_outputs compiled by the caller, who holds the tokenizer (null
+  // when they ask for none).
+  Result<std::shared_ptr<const PreparedParams>> PrepareParams(
+      SamplingParams params,
+      std::shared_ptr<const structured::CompiledGrammar> grammar = nullptr) const;
   // Choice `choice` (0 <= choice < n) of a prepared request over `prompt`: the prompt checked
   // against the vocabulary, the stop conditions set, the choice's sampler built (its generator
   // seeded seed + choice, or `unseeded_seed` when the request has no seed; [vocab] arrays for

@@ -158,17 +158,23 @@ SamplerTables::SamplerTables(const SamplingParams& p, std::span<const int32_t> e
   logit_bias.resize(kept);
 }
 
-Result<std::shared_ptr<const PreparedParams>> PrepareParams(SamplingParams p,
-                                                            std::span<const int32_t> eos_token_ids,
-                                                            int64_t vocab) {
+Result<std::shared_ptr<const PreparedParams>> PrepareParams(
+    SamplingParams p, std::span<const int32_t> eos_token_ids, int64_t vocab,
+    std::shared_ptr<const structured::CompiledGrammar> grammar) {
   RETURN_IF_ERROR(p.Validate(vocab));
   if (!p.bad_words.empty() && p.bad_words_token_ids.empty()) {
     return InvalidArgument("bad_words must be tokenized (ResolveBadWords) before the engine");
   }
+  if (p.structured_outputs.has_value() != (grammar != nullptr)) {
+    return InvalidArgument("{}", p.structured_outputs.has_value()
+                                     ? "structured output needs the tokenizer: this frontend "
+                                       "has none"
+                                     : "a grammar was given without structured_outputs");
+  }
   p.Normalize();
   SamplerTables tables(p, eos_token_ids, vocab);
-  return std::make_shared<const PreparedParams>(
-      PreparedParams{.params = std::move(p), .tables = std::move(tables)});
+  return std::make_shared<const PreparedParams>(PreparedParams{
+      .params = std::move(p), .tables = std::move(tables), .grammar = std::move(grammar)});
 }
 
 uint64_t ChoiceSeed(const SamplingParams& p, int64_t choice, uint64_t unseeded) {
@@ -179,9 +185,10 @@ uint64_t ChoiceSeed(const SamplingParams& p, int64_t choice, uint64_t unseeded) 
 RequestSampler::RequestSampler(const SamplingParams& p, std::span<const int32_t> prompt,
                                std::span<const int32_t> eos_token_ids, int64_t vocab,
                                uint64_t unseeded_seed)
-    : RequestSampler(std::make_shared<const PreparedParams>(PreparedParams{
-                         .params = p, .tables = SamplerTables(p, eos_token_ids, vocab)}),
-                     prompt, vocab, ChoiceSeed(p, 0, unseeded_seed)) {}
+    : RequestSampler(
+          std::make_shared<const PreparedParams>(PreparedParams{
+              .params = p, .tables = SamplerTables(p, eos_token_ids, vocab), .grammar = nullptr}),
+          prompt, vocab, ChoiceSeed(p, 0, unseeded_seed)) {}
 
 RequestSampler::RequestSampler(std::shared_ptr<const PreparedParams> prepared,
                                std::span<const int32_t> prompt, int64_t vocab, uint64_t seed)
@@ -232,10 +239,19 @@ RequestSampler::RequestSampler(std::shared_ptr<const PreparedParams> prepared,
     bin_mass_.resize(kTopPBuckets);
   }
 
+  if (prepared_->grammar != nullptr) {
+    matcher_.emplace(prepared_->grammar);
+    // Bits for every model id, and at least the tokenizer's (ids past the model's are ignored).
+    grammar_mask_.resize(
+        std::max<size_t>((vocab + 31) / 32, prepared_->grammar->vocabulary().mask_words()));
+    grammar_logits_.resize(vocab);
+  }
+
   const SamplerTables& t = tables();
-  plain_greedy_ = greedy_ && t.allowed_ids.empty() && t.banned_ids.empty() &&
-                  t.bad_sequences.empty() && min_tokens_ == 0 && t.logit_bias.empty() &&
-                  repetition_penalty_ == 1.0f && output_counts_.empty() && !logprobs_.has_value();
+  plain_greedy_ = greedy_ && !matcher_.has_value() && t.allowed_ids.empty() &&
+                  t.banned_ids.empty() && t.bad_sequences.empty() && min_tokens_ == 0 &&
+                  t.logit_bias.empty() && repetition_penalty_ == 1.0f && output_counts_.empty() &&
+                  !logprobs_.has_value();
 }
 
 void RequestSampler::ApplyProcessors(const float* logits, std::span<const int32_t> outputs,
@@ -382,8 +398,34 @@ int32_t RequestSampler::Draw(const float* weights, double total) {
   return last;  // only when rounding put target at total
 }
 
+const float* RequestSampler::GrammarMasked(const float* logits) {
+  matcher_->FillNextTokenBitmask(grammar_mask_);
+  if (matcher_->IsFinished() || matcher_->overflowed()) {
+    // Past the end, or the grammar proved too ambiguous to follow: the request can only end.
+    std::fill(grammar_mask_.begin(), grammar_mask_.end(), 0u);
+    for (int32_t id : prepared_->grammar->vocabulary().eos_ids()) {
+      if (id < vocab_) grammar_mask_[id >> 5] |= 1u << (id & 31);
+    }
+  }
+  for (int64_t w = 0; w * 32 < vocab_; ++w) {
+    const uint32_t bits = grammar_mask_[w];
+    const int64_t end = std::min<int64_t>(vocab_, (w + 1) * 32);
+    if (bits == ~0u) {
+      std::copy(logits + w * 32, logits + end, grammar_logits_.data() + w * 32);
+      continue;
+    }
+    for (int64_t i = w * 32; i < end; ++i) {
+      grammar_logits_[i] = (bits >> (i & 31)) & 1u ? logits[i] : kNegInf;
+    }
+  }
+  return grammar_logits_.data();
+}
+
 void RequestSampler::Sample(const float* logits, std::span<const int32_t> outputs, float* scratch,
                             SampledToken* result) {
+  // The grammar first, as vLLM applies its bitmask to the logits before the sampler: every later
+  // step, logprobs included, sees only what the grammar allows.
+  if (matcher_.has_value()) logits = GrammarMasked(logits);
   int32_t token;
   if (plain_greedy_) {
     token = GreedyToken(logits, vocab_);
@@ -401,6 +443,9 @@ void RequestSampler::Sample(const float* logits, std::span<const int32_t> output
           total > 0.0 && std::isfinite(total) ? Draw(weights, total) : GreedyToken(work, vocab_);
     }
   }
+  // The processors left nothing the grammar allows (min_tokens holding back the EOS that alone
+  // completes it, say): the grammar wins, its most likely token.
+  if (matcher_.has_value() && !GrammarAllows(token)) token = GreedyToken(logits, vocab_);
   result->token = token;
   if (logprobs_.has_value()) {
     // Logprobs of the raw logits (vLLM's default raw_logprobs), which Sample never modifies, so
@@ -415,6 +460,9 @@ void RequestSampler::Sample(const float* logits, std::span<const int32_t> output
 
 void RequestSampler::Accept(int32_t token) {
   CHECK(token >= 0 && token < vocab_) << "accepted token " << token << " outside vocabulary";
+  // Sample chose a token of the mask; past the end (EOS again, under ignore_eos) the matcher
+  // refuses it and stays finished.
+  if (matcher_.has_value()) matcher_->AcceptToken(token);
   if (!in_prompt_or_output_.empty() && !in_prompt_or_output_[token]) {
     in_prompt_or_output_[token] = 1;
     prompt_or_output_ids_.push_back(token);

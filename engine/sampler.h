@@ -1,9 +1,10 @@
 // Token selection with vLLM's semantics (docs/spec/serving.md §3.2). Per request, a RequestSampler
-// is built once when the request joins the batch -- its masks, penalty counts, generator -- and
-// updated as its tokens are accepted; no per-step rebuild. Per row, in vLLM's order:
-//   raw logprobs (if asked) -> allowed_token_ids mask -> bad words -> min_tokens (stop ids to
-//   -inf while fewer than min_tokens outputs) -> logit_bias -> repetition, frequency, presence
-//   penalties -> greedy: argmax | random: temperature -> min_p -> top-k -> top-p -> draw.
+// is built once when the request joins the batch -- its masks, penalty counts, generator, grammar
+// matcher -- and updated as its tokens are accepted; no per-step rebuild. Per row, in vLLM's order:
+//   structured output's grammar mask -> raw logprobs (if asked) -> allowed_token_ids mask -> bad
+//   words -> min_tokens (stop ids to -inf while fewer than min_tokens outputs) -> logit_bias ->
+//   repetition, frequency, presence penalties -> greedy: argmax | random: temperature -> min_p ->
+//   top-k -> top-p -> draw.
 // A greedy request with none of those processors active takes argmax of the raw logits directly
 // (the greedy fast path: no copy, no softmax).
 #pragma once
@@ -18,6 +19,7 @@
 
 #include "core/status.h"
 #include "engine/sampling_params.h"
+#include "structured/matcher.h"
 
 namespace moeserve::engine {
 
@@ -71,13 +73,16 @@ struct SamplerTables {
 struct PreparedParams {
   SamplingParams params;
   SamplerTables tables;
+  // params.structured_outputs compiled for the tokenizer (null: unconstrained).
+  std::shared_ptr<const structured::CompiledGrammar> grammar;
 };
 
 // Validates p against the vocabulary (SamplingParams::Validate; bad words must be resolved by
-// the caller), normalizes it and builds its tables. eos_token_ids: the model's.
-Result<std::shared_ptr<const PreparedParams>> PrepareParams(SamplingParams p,
-                                                            std::span<const int32_t> eos_token_ids,
-                                                            int64_t vocab);
+// the caller), normalizes it and builds its tables. eos_token_ids: the model's. grammar:
+// p.structured_outputs compiled by the caller (it must be given exactly when p asks for one).
+Result<std::shared_ptr<const PreparedParams>> PrepareParams(
+    SamplingParams p, std::span<const int32_t> eos_token_ids, int64_t vocab,
+    std::shared_ptr<const structured::CompiledGrammar> grammar = nullptr);
 
 // The generator seed of choice `choice` of a request: seed + choice when the request has one
 // (vLLM's parallel sampling, as FanOut), else `unseeded`.
@@ -121,8 +126,11 @@ class RequestSampler {
     return result->token == draft;
   }
 
-  // Records an accepted output token (penalty counts).
+  // Records an accepted output token (penalty counts, the grammar's state).
   void Accept(int32_t token);
+
+  // The grammar's matcher (null when unconstrained).
+  const structured::Matcher* matcher() const { return matcher_ ? &*matcher_ : nullptr; }
 
  private:
   friend class RequestSamplerTestPeer;  // sampler_test.cc reads the final distribution
@@ -137,6 +145,12 @@ class RequestSampler {
   // Inverse-CDF draw from weights [vocab] (sum `total`), one 53-bit uniform from generator_.
   int32_t Draw(const float* weights, double total);
   const SamplerTables& tables() const { return prepared_->tables; }
+  // Structured output: logits [vocab] with every token the grammar refuses at -inf, into
+  // grammar_logits_ (the grammar ended or gave up: EOS alone).
+  const float* GrammarMasked(const float* logits);
+  bool GrammarAllows(int32_t token) const {
+    return (grammar_mask_[token >> 5] >> (token & 31)) & 1u;
+  }
 
   std::shared_ptr<const PreparedParams> prepared_;  // the request's, shared by its choices
 
@@ -165,6 +179,12 @@ class RequestSampler {
   std::vector<double> bin_mass_;
   std::vector<int32_t> order_;  // [vocab]
   std::mt19937_64 generator_;
+
+  // Structured output: the request's place in its grammar, the step's mask of allowed tokens
+  // (one bit per id) and the masked logits [vocab].
+  std::optional<structured::Matcher> matcher_;
+  std::vector<uint32_t> grammar_mask_;
+  std::vector<float> grammar_logits_;
 };
 
 }  // namespace moeserve::engine

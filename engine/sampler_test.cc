@@ -10,10 +10,13 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <regex>
 #include <set>
 #include <vector>
 
+#include "core/check.h"
 #include "core/heap_counter.h"
+#include "structured/structured.h"
 
 namespace moeserve::engine {
 
@@ -594,7 +597,7 @@ TEST(LogprobsTest, GatherTopNWithTies) {
   EXPECT_EQ(r.sampled.logprob, -2);
   EXPECT_EQ(r.sampled.rank, 5);  // vLLM counts logprobs >= its own: -1 x3 and -2 x2
   ASSERT_EQ(r.top.size(), 4u);
-  const std::vector<int32_t> want_ids = {1, 3, 6, 2};  // descending, ties by lower id
+  const std::vector<int32_t> want_ids = {1, 3, 6, 2};    // descending, ties by lower id
   const std::vector<int64_t> want_ranks = {1, 2, 3, 4};  // vLLM: positions
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(r.top[i].token, want_ids[i]) << i;
@@ -1015,7 +1018,8 @@ TEST(SamplerStatisticsTest, VerifiedTokensFollowTheTargetDistribution) {
   // Drafts the target likes, finds middling, and rules out (top-k masks it).
   const int32_t masked = static_cast<int32_t>(order.back());
   ASSERT_EQ(expected[masked], 0.0);
-  for (const int32_t draft : {static_cast<int32_t>(order[0]), static_cast<int32_t>(order[8]), masked}) {
+  for (const int32_t draft :
+       {static_cast<int32_t>(order[0]), static_cast<int32_t>(order[8]), masked}) {
     SCOPED_TRACE(fmt::format("draft {} (p = {:.4f})", draft, expected[draft]));
     RequestSampler s(p, {}, {}, V, 0);
     std::vector<float> scratch(2 * V);
@@ -1123,6 +1127,107 @@ TEST(SamplerTest, GreedyVerifyAcceptsExactlyTheArgmax) {
       EXPECT_EQ(verified.token, sampled.token);
     }
   }
+}
+
+// ---- Structured output ----
+
+// A vocabulary of single bytes, a few multi-byte tokens and an EOS (id 9), and the regex
+// (ab|c)+d over it.
+struct GrammarFixture {
+  static constexpr int32_t kEos = 9;
+  std::vector<std::string> bytes = {"a", "b", "c", "d", "ab", "abc", "cd", "x", "da", ""};
+  std::shared_ptr<const structured::CompiledGrammar> grammar;
+  GrammarFixture() {
+    auto vocab = structured::Vocabulary::Create(bytes, {kEos});
+    CHECK(vocab.ok());
+    auto g = structured::Compile({structured::GrammarSpec::Kind::kRegex, "(ab|c)+d", {}}, *vocab);
+    CHECK(g.ok());
+    grammar = *g;
+  }
+  int64_t vocab() const { return static_cast<int64_t>(bytes.size()); }
+  std::shared_ptr<const PreparedParams> Prepare(SamplingParams p) const {
+    p.structured_outputs =
+        structured::GrammarSpec{structured::GrammarSpec::Kind::kRegex, "(ab|c)+d", {}};
+    auto prepared = PrepareParams(p, std::vector<int32_t>{kEos}, vocab(), grammar);
+    CHECK(prepared.ok()) << prepared.status().ToString();
+    return *prepared;
+  }
+};
+
+TEST(SamplerGrammarTest, EveryRandomOutputIsASentence) {
+  const GrammarFixture f;
+  std::mt19937_64 rng(5);
+  SamplingParams p;
+  p.temperature = 1.0;
+  const auto prepared = f.Prepare(p);
+  std::vector<float> scratch(2 * f.vocab());
+  const std::regex pattern("(ab|c)+d");
+  int ended = 0;
+  for (int run = 0; run < 300; ++run) {
+    RequestSampler sampler(prepared, {}, f.vocab(), rng());
+    std::vector<int32_t> outputs;
+    std::string text;
+    SampledToken t;
+    for (int step = 0; step < 40; ++step) {
+      const std::vector<float> logits = RandomLogits(f.vocab(), 3.0, rng);
+      sampler.Sample(logits.data(), outputs, scratch.data(), &t);
+      sampler.Accept(t.token);
+      outputs.push_back(t.token);
+      if (t.token == GrammarFixture::kEos) break;
+      text += f.bytes[t.token];
+      ASSERT_NE(t.token, 7) << "x is never allowed";
+    }
+    if (t.token == GrammarFixture::kEos) {
+      ++ended;
+      EXPECT_TRUE(std::regex_match(text, pattern)) << text;
+      EXPECT_TRUE(sampler.matcher()->IsFinished());
+    }
+  }
+  EXPECT_GT(ended, 100);
+}
+
+TEST(SamplerGrammarTest, GreedyTakesTheBestAllowedTokenAndLogprobsAreMasked) {
+  const GrammarFixture f;
+  SamplingParams p;
+  p.temperature = 0;
+  p.logprobs = 3;
+  RequestSampler sampler(f.Prepare(p), {}, f.vocab(), 1);
+  EXPECT_FALSE(sampler.plain_greedy());
+  const std::vector<float> logits = {0, 0, 1, 0, 2, 3, 0, 9, 0, 8};
+  std::vector<float> scratch(2 * f.vocab());
+  SampledToken t;
+  sampler.Sample(logits.data(), {}, scratch.data(), &t);
+  // Allowed first: a, c, ab, abc, cd. The best of them, not x or EOS.
+  EXPECT_EQ(t.token, 5);
+  std::vector<int32_t> top_ids;
+  for (const TokenLogprob& e : t.top) top_ids.push_back(e.token);
+  EXPECT_EQ(top_ids, (std::vector<int32_t>{5, 4, 2}));
+  // Logprobs of the masked distribution (as vLLM's, whose bitmask comes before the sampler).
+  const double z = 2 * std::exp(0.0) + std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
+  EXPECT_NEAR(t.sampled.logprob, 3.0 - std::log(z), 1e-5);
+}
+
+TEST(SamplerGrammarTest, TheGrammarWinsWhenTheProcessorsLeaveNothing) {
+  const GrammarFixture f;
+  SamplingParams p;
+  p.temperature = 1.0;
+  p.min_tokens = 5;  // masks EOS, which alone is allowed once "cd" is read
+  RequestSampler sampler(f.Prepare(p), {}, f.vocab(), 7);
+  sampler.Accept(6);  // "cd"
+  std::vector<float> logits(f.vocab(), 0.0f);
+  std::vector<float> scratch(2 * f.vocab());
+  SampledToken t;
+  const std::vector<int32_t> outputs = {6};
+  sampler.Sample(logits.data(), outputs, scratch.data(), &t);
+  EXPECT_EQ(t.token, GrammarFixture::kEos);
+}
+
+TEST(SamplerGrammarTest, ARequestAskingForAGrammarNeedsOne) {
+  SamplingParams p;
+  p.structured_outputs = structured::GrammarSpec{structured::GrammarSpec::Kind::kRegex, "a", {}};
+  EXPECT_FALSE(PrepareParams(p, std::vector<int32_t>{0}, 10).ok());
+  const GrammarFixture f;
+  EXPECT_FALSE(PrepareParams(SamplingParams{}, std::vector<int32_t>{0}, 10, f.grammar).ok());
 }
 
 }  // namespace

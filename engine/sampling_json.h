@@ -20,9 +20,20 @@ namespace moeserve::engine {
 // reads a null field. A wrong type is an InvalidArgument naming the key ("\"top_k\" must be an
 // integer"). Integer fields take JSON integers only (2.0 is an error); number fields take both.
 // Beyond the plain fields: "seed" -1 means none; "stop" is a string or a list of strings;
-// "logit_bias" is an object {"token id": bias}.
+// "logit_bias" is an object {"token id": bias}. Structured output comes from any of
+// "structured_outputs", "response_format", "guided_json", "guided_regex", "guided_choice",
+// "guided_grammar" (vLLM's and OpenAI's spellings); each replaces what p held.
 Status ApplySamplingKey(std::string_view key, const nlohmann::json& value,
                         engine::SamplingParams& p, bool* known);
+
+// A request object (a body, a prompts-file line) may ask for structured output by one key only:
+// an InvalidArgument naming two that do ({"type": "text"} formats ask for nothing).
+Status CheckOneStructuredOutput(const nlohmann::json& object);
+
+// A JSON Schema read from a parsed object has its keys sorted (nlohmann::json); JSON Schema
+// properties are written in the schema's order. Given the object's text, p's schema becomes the
+// schema as written there.
+void KeepSchemaOrder(std::string_view object_text, SamplingParams& p);
 
 // The keys ApplySamplingKey knows, in SamplingParams' order (for messages and --help).
 std::span<const std::string_view> SamplingKeys();

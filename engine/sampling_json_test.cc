@@ -116,5 +116,90 @@ TEST(SamplingJsonTest, SamplingKeysListsEveryKeyOnce) {
   }
 }
 
+// ---- Structured output ----
+
+using Kind = structured::GrammarSpec::Kind;
+
+TEST(SamplingJsonTest, EveryStructuredKeySetsTheSpec) {
+  const json schema = {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}};
+  struct Case {
+    std::string_view key;
+    json value;
+    Kind kind;
+    std::string text;
+    std::vector<std::string> choices;
+  };
+  const Case cases[] = {
+      {"guided_json", schema, Kind::kJsonSchema, schema.dump(), {}},
+      {"guided_json", schema.dump(), Kind::kJsonSchema, schema.dump(), {}},
+      {"guided_regex", "[a-z]+", Kind::kRegex, "[a-z]+", {}},
+      {"guided_choice", json::array({"yes", "no"}), Kind::kChoice, "", {"yes", "no"}},
+      {"guided_grammar", "root ::= \"a\"", Kind::kGrammar, "root ::= \"a\"", {}},
+      {"structured_outputs", {{"json", schema}}, Kind::kJsonSchema, schema.dump(), {}},
+      {"structured_outputs", {{"regex", "x+"}, {"backend", "auto"}}, Kind::kRegex, "x+", {}},
+      {"structured_outputs", {{"choice", {"a"}}}, Kind::kChoice, "", {"a"}},
+      {"structured_outputs", {{"grammar", "root ::= [0-9]"}}, Kind::kGrammar, "root ::= [0-9]", {}},
+      {"structured_outputs", {{"json_object", true}}, Kind::kJsonObject, "", {}},
+      {"response_format", {{"type", "json_object"}}, Kind::kJsonObject, "", {}},
+      {"response_format",
+       {{"type", "json_schema"},
+        {"json_schema", {{"name", "n"}, {"schema", schema}, {"strict", true}}}},
+       Kind::kJsonSchema,
+       schema.dump(),
+       {}},
+  };
+  for (const Case& c : cases) {
+    SamplingParams p;
+    ASSERT_TRUE(Apply(c.key, c.value, p).ok()) << c.key << " " << c.value.dump();
+    ASSERT_TRUE(p.structured_outputs.has_value()) << c.key;
+    EXPECT_EQ(p.structured_outputs->kind, c.kind) << c.key << " " << c.value.dump();
+    EXPECT_EQ(p.structured_outputs->text, c.text) << c.key;
+    EXPECT_EQ(p.structured_outputs->choices, c.choices) << c.key;
+  }
+  // Plain text asks for nothing, and takes back a default.
+  SamplingParams p;
+  p.structured_outputs = structured::GrammarSpec{Kind::kRegex, "a", {}};
+  ASSERT_TRUE(Apply("response_format", {{"type", "text"}}, p).ok());
+  EXPECT_FALSE(p.structured_outputs.has_value());
+}
+
+TEST(SamplingJsonTest, BadStructuredOutputNamesTheProblem) {
+  const std::pair<std::string_view, json> cases[][1] = {
+      {{"guided_json", 3}},
+      {{"guided_regex", json::array()}},
+      {{"guided_choice", json::array()}},
+      {{"guided_choice", json::array({1})}},
+      {{"guided_grammar", true}},
+      {{"structured_outputs", "json"}},
+      {{"structured_outputs", json::object()}},
+      {{"structured_outputs", {{"regex", "a"}, {"choice", {"a"}}}}},
+      {{"structured_outputs", {{"structural_tag", "{}"}}}},
+      {{"structured_outputs", {{"whitespace_pattern", " *"}, {"regex", "a"}}}},
+      {{"response_format", "json"}},
+      {{"response_format", {{"type", "json_schema"}}}},
+      {{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}},
+      {{"response_format", {{"type", "structural_tag"}}}},
+  };
+  for (const auto& [c] : cases) {
+    SamplingParams p;
+    const Status s = Apply(c.first, c.second, p);
+    EXPECT_FALSE(s.ok()) << c.first << " " << c.second.dump();
+    EXPECT_THAT(s.message(), HasSubstr(std::string(c.first))) << s.message();
+  }
+}
+
+TEST(SamplingJsonTest, OneStructuredOutputPerRequest) {
+  EXPECT_TRUE(CheckOneStructuredOutput({{"guided_regex", "a"}, {"prompt", "x"}}).ok());
+  EXPECT_TRUE(CheckOneStructuredOutput({{"guided_regex", "a"},
+                                        {"response_format", {{"type", "text"}}},
+                                        {"guided_json", nullptr}})
+                  .ok());
+  const Status both = CheckOneStructuredOutput(
+      {{"guided_regex", "a"}, {"response_format", {{"type", "json_object"}}}});
+  ASSERT_FALSE(both.ok());
+  EXPECT_THAT(both.message(), HasSubstr("guided_regex"));
+  EXPECT_THAT(both.message(), HasSubstr("response_format"));
+}
+
 }  // namespace
 }  // namespace moeserve::engine

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "structured/structured.h"
 
 namespace moeserve::tokenizer {
 class Tokenizer;
@@ -21,18 +22,18 @@ namespace moeserve::engine {
 inline constexpr double kSamplingEps = 1e-5;
 
 struct SamplingParams {
-  int64_t n = 1;                       // 1 <= n <= 16384; 1 when greedy
-  double temperature = 1.0;            // [0, 2]; < 1e-5 = greedy; (0, 0.01) raised to 0.01
-  double top_p = 1.0;                  // (0, 1]
-  int64_t top_k = 0;                   // 0 or -1: off; else >= 1
-  double min_p = 0.0;                  // [0, 1]
-  std::optional<int64_t> seed;         // per-request generator; -1 means none
-  double presence_penalty = 0.0;       // [-2, 2], output tokens
-  double frequency_penalty = 0.0;      // [-2, 2], output tokens
-  double repetition_penalty = 1.0;     // > 0, prompt and output tokens
-  int64_t max_tokens = 16;             // >= 1
-  int64_t min_tokens = 0;              // [0, max_tokens]
-  std::vector<std::string> stop;       // stop strings (checked by the frontend's detokenizer)
+  int64_t n = 1;                    // 1 <= n <= 16384; 1 when greedy
+  double temperature = 1.0;         // [0, 2]; < 1e-5 = greedy; (0, 0.01) raised to 0.01
+  double top_p = 1.0;               // (0, 1]
+  int64_t top_k = 0;                // 0 or -1: off; else >= 1
+  double min_p = 0.0;               // [0, 1]
+  std::optional<int64_t> seed;      // per-request generator; -1 means none
+  double presence_penalty = 0.0;    // [-2, 2], output tokens
+  double frequency_penalty = 0.0;   // [-2, 2], output tokens
+  double repetition_penalty = 1.0;  // > 0, prompt and output tokens
+  int64_t max_tokens = 16;          // >= 1
+  int64_t min_tokens = 0;           // [0, max_tokens]
+  std::vector<std::string> stop;    // stop strings (checked by the frontend's detokenizer)
   bool include_stop_str_in_output = false;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
@@ -42,6 +43,10 @@ struct SamplingParams {
   std::optional<std::vector<int32_t>> allowed_token_ids;  // non-empty whitelist
   std::vector<std::string> bad_words;
   bool skip_special_tokens = true;
+  // Structured output (vLLM's structured_outputs; also read from response_format and the older
+  // guided_* keys): the output must be a sentence of this grammar. Compiled by the frontend,
+  // which holds the tokenizer (PreparedParams::grammar).
+  std::optional<structured::GrammarSpec> structured_outputs;
 
   // Filled by ResolveBadWords: each bad word's token sequences (with and without a leading
   // space); a sequence's last token is banned when the output ends with the rest of it.

@@ -12,6 +12,7 @@
 #include "engine/sampling_params.h"
 #include "fuzz/served_model.h"
 #include "server/generation_job.h"
+#include "structured/grammar_cache.h"
 
 namespace {
 
@@ -36,8 +37,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Result<server::json> parsed = server::ParseRequestBody(body);
   if (!parsed.ok()) return 0;
   server::CheckedRequest checked;
-  const std::optional<server::ApiError> error =
-      server::CheckGenerationRequest(model.Context(kMaxModelLen), *parsed, endpoint, &checked);
+  const std::optional<server::ApiError> error = server::CheckGenerationRequest(
+      model.Context(kMaxModelLen), *parsed, endpoint, &checked, body);
   if (error) {
     if (error->status < 400 || error->status >= 500) Fail(error->Body().c_str());
     return 0;
@@ -65,8 +66,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // and one choice (a detokenizer over the shared stop strings) per engine request.
   std::vector<int32_t> eos_ids;
   for (int64_t id : model.config.eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
+  // Structured output compiled as the handler compiles it: a refusal there is a 400.
+  static structured::GrammarCache grammars(*model.tok, eos_ids);
+  std::shared_ptr<const structured::CompiledGrammar> grammar;
+  if (params.structured_outputs.has_value()) {
+    Result<std::shared_ptr<const structured::CompiledGrammar>> compiled =
+        grammars.Get(*params.structured_outputs);
+    if (!compiled.ok()) return 0;
+    grammar = std::move(*compiled);
+  }
   Result<std::shared_ptr<const engine::PreparedParams>> prepared =
-      engine::PrepareParams(params, eos_ids, model.options.vocab_size);
+      engine::PrepareParams(params, eos_ids, model.options.vocab_size, grammar);
   if (!prepared.ok()) Fail(prepared.status().ToString().c_str());
   for (int64_t j = 0; j < params.n; ++j) {
     server::ChoiceState choice(*model.tok, *prepared, 0);

@@ -23,14 +23,22 @@ std::vector<ChoiceInput> GenerationJob::Start(CheckedRequest checked) {
   request = std::move(checked.request);
   prompts = std::move(checked.prompts);
   prompt_texts = std::move(checked.prompt_texts);
-  Result<std::shared_ptr<const engine::PreparedParams>> prepared =
-      loop->engine().PrepareParams(std::move(request.params));
-  request.params = {};
-  if (!prepared.ok()) {
-    std::vector<ChoiceInput> failed;
-    failed.push_back({prepared.status()});
-    return failed;
+  auto failed = [](Status error) {
+    std::vector<ChoiceInput> inputs;
+    inputs.push_back({std::move(error)});
+    return inputs;
+  };
+  std::shared_ptr<const structured::CompiledGrammar> grammar;
+  if (const auto& spec = request.params.structured_outputs; spec.has_value()) {
+    if (grammars == nullptr) return failed(InvalidArgument("structured output is not available"));
+    Result<std::shared_ptr<const structured::CompiledGrammar>> compiled = grammars->Get(*spec);
+    if (!compiled.ok()) return failed(compiled.status().WithContext("structured_outputs"));
+    grammar = std::move(*compiled);
   }
+  Result<std::shared_ptr<const engine::PreparedParams>> prepared =
+      loop->engine().PrepareParams(std::move(request.params), std::move(grammar));
+  request.params = {};
+  if (!prepared.ok()) return failed(prepared.status());
   sampling = std::move(*prepared);
   const int64_t n = std::max<int64_t>(params().n, 1);
   choices.reserve(prompts.size() * n);

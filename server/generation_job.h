@@ -13,6 +13,7 @@
 #include "server/engine_loop.h"
 #include "server/openai_json.h"
 #include "server/request_check.h"
+#include "structured/grammar_cache.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -35,7 +36,7 @@ struct ChoiceState {
   std::string text;
   bool finished = false;
   engine::FinishReason reason = engine::FinishReason::kNone;
-  int64_t text_offset = 0;  // completions logprobs' running text_offset
+  int64_t text_offset = 0;        // completions logprobs' running text_offset
   int64_t num_cached_tokens = 0;  // prompt tokens the prefix cache supplied
 };
 
@@ -64,6 +65,8 @@ struct GenerationJob {
   std::vector<std::string> prompt_texts;
   EngineLoop* loop = nullptr;
   const tokenizer::Tokenizer* tok = nullptr;
+  // Compiles (or finds) a request's structured output grammar; null: such requests are refused.
+  structured::GrammarCache* grammars = nullptr;
   std::shared_ptr<Channel> channel;
   std::vector<ChoiceState> choices;  // n per prompt: choice p * n + j is prompt p's j-th
   bool stream_started = false;
@@ -73,7 +76,8 @@ struct GenerationJob {
   // prompt, in vLLM's order: choice p * n + j is prompt p's j-th) and returns the engine's
   // requests, one per choice, for EngineLoop::Submit (PrepareChoices; a failure to prepare is a
   // single failed input, which Submit reports on the channel). Needs `loop` and `tok`. Runs on
-  // the handler's thread: whatever a request costs to prepare is paid here.
+  // the handler's thread: whatever a request costs to prepare is paid here, its grammar's
+  // compile included.
   std::vector<ChoiceInput> Start(CheckedRequest checked);
   const engine::SamplingParams& params() const { return sampling->params; }
 

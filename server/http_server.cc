@@ -149,6 +149,8 @@ struct HttpServer::Impl final : HttpRouter {
   const tokenizer::Tokenizer& tok;
   std::optional<tokenizer::ChatTemplate> chat_template;
   std::atomic<EngineLoop*> loop{nullptr};
+  // Structured output's compiled grammars, made with the engine (they end at its EOS ids).
+  std::unique_ptr<structured::GrammarCache> grammars;
   const int64_t created = std::time(nullptr);
   HttpFront front;
 
@@ -360,7 +362,8 @@ struct HttpServer::Impl final : HttpRouter {
               nullptr};
     }
     CheckedRequest checked;
-    if (std::optional<ApiError> e = CheckGenerationRequest(Context(), *body, endpoint, &checked)) {
+    if (std::optional<ApiError> e =
+            CheckGenerationRequest(Context(), *body, endpoint, &checked, req.body)) {
       return {ErrorResponse(*e), nullptr};
     }
     auto job = std::make_shared<GenerationJob>();
@@ -370,6 +373,7 @@ struct HttpServer::Impl final : HttpRouter {
     job->model = options.served_model_name;
     job->loop = l;
     job->tok = &tok;
+    job->grammars = grammars.get();
     std::vector<ChoiceInput> inputs = job->Start(std::move(checked));
     job->channel = l->Submit(std::move(inputs), options.max_waiting_requests, std::move(wake));
     if (Status refused = job->channel->error(); !refused.ok()) {  // before any byte is sent
@@ -413,7 +417,17 @@ int HttpServer::port() const { return impl_->options.port; }
 
 void HttpServer::Listen() { impl_->front.Run(); }
 
-void HttpServer::SetEngine(EngineLoop* loop) { impl_->loop.store(loop); }
+void HttpServer::SetEngine(EngineLoop* loop) {
+  // A grammar may end where the model does: its EOS ids and generation_config's.
+  std::vector<int32_t> eos_ids(impl_->options.extra_eos_ids);
+  for (int64_t id : loop->engine().model().config().eos_token_ids) {
+    eos_ids.push_back(static_cast<int32_t>(id));
+  }
+  std::sort(eos_ids.begin(), eos_ids.end());
+  eos_ids.erase(std::unique(eos_ids.begin(), eos_ids.end()), eos_ids.end());
+  impl_->grammars = std::make_unique<structured::GrammarCache>(impl_->tok, std::move(eos_ids));
+  impl_->loop.store(loop);  // after the cache: a handler that sees the loop sees the cache
+}
 
 void HttpServer::Stop() { impl_->front.Stop(); }
 

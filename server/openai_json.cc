@@ -71,21 +71,6 @@ Status ReadPrompts(const json& v, GenerationRequest* r) {
   return OkStatus();
 }
 
-// Until structured output exists, only plain text: a request for JSON (or anything else) must not
-// be answered as if it had been heeded.
-Status CheckResponseFormat(const json& v) {
-  if (!v.is_object()) return InvalidArgument("\"response_format\" must be an object");
-  const auto type = v.find("type");
-  if (type == v.end() || !type->is_string()) {
-    return InvalidArgument("\"response_format\" must have a \"type\"");
-  }
-  if (*type == "text") return OkStatus();
-  return InvalidArgument(
-      "response_format: type {} (structured output) is not supported by this server; only "
-      "{{\"type\": \"text\"}}",
-      Truncated(type->dump(), 64));
-}
-
 // One part of a message's content list as text, as vLLM's _parse_chat_message_content_part
 // reads it: a string, or a text-like part ({"type": "text", "text": ...} and the Responses API's
 // spellings; refusal and thinking parts give their own field). nullopt: a text part without its
@@ -203,8 +188,10 @@ Result<json> NormalizeChatMessages(const json& messages) {
 }
 
 Result<GenerationRequest> ParseGenerationRequest(const json& body, Endpoint endpoint,
-                                                 const engine::SamplingParams& defaults) {
+                                                 const engine::SamplingParams& defaults,
+                                                 std::string_view body_text) {
   if (!body.is_object()) return InvalidArgument("the request body must be a JSON object");
+  RETURN_IF_ERROR(engine::CheckOneStructuredOutput(body));
   GenerationRequest r;
   r.params = defaults;
   r.endpoint = endpoint;
@@ -242,8 +229,6 @@ Result<GenerationRequest> ParseGenerationRequest(const json& body, Endpoint endp
       RETURN_IF_ERROR(ReadBool(value, key, &r.add_special_tokens));
     } else if (key == "echo" && !chat) {
       RETURN_IF_ERROR(ReadBool(value, key, &r.echo));
-    } else if (key == "response_format") {
-      RETURN_IF_ERROR(CheckResponseFormat(value));
     }
     // Other keys (user, suffix, tool_choice, ...) are accepted and ignored, as vLLM ignores the
     // fields it does not use.
@@ -261,6 +246,7 @@ Result<GenerationRequest> ParseGenerationRequest(const json& body, Endpoint endp
   } else if (!has_prompt) {
     return InvalidArgument("\"prompt\" is required");
   }
+  if (!body_text.empty()) engine::KeepSchemaOrder(body_text, r.params);
   r.return_prompt_logprobs = r.params.prompt_logprobs.has_value();
   // vLLM: echoed logprobs cover the prompt, so echo with logprobs asks for prompt logprobs.
   if (r.echo && r.params.logprobs) {

@@ -61,8 +61,10 @@ Result<json> NormalizeChatMessages(const json& messages);
 // Reads a request body (an object). Errors are InvalidArgument naming the field first, so that
 // ToApiError finds the parameter.
 // Keys the body does not give keep their `defaults`.
+// body_text: the body as sent, for a JSON Schema's key order (engine::KeepSchemaOrder).
 Result<GenerationRequest> ParseGenerationRequest(const json& body, Endpoint endpoint,
-                                                 const engine::SamplingParams& defaults = {});
+                                                 const engine::SamplingParams& defaults = {},
+                                                 std::string_view body_text = {});
 
 // A unique id: "cmpl-<32 hex>" / "chatcmpl-<32 hex>".
 std::string NewRequestId(Endpoint endpoint);

@@ -215,8 +215,10 @@ Result<json> ParseRequestBody(std::string_view body) {
 }
 
 std::optional<ApiError> CheckGenerationRequest(const RequestContext& ctx, const json& body,
-                                               Endpoint endpoint, CheckedRequest* out) {
-  Result<GenerationRequest> parsed = ParseGenerationRequest(body, endpoint, ctx.default_params);
+                                               Endpoint endpoint, CheckedRequest* out,
+                                               std::string_view body_text) {
+  Result<GenerationRequest> parsed =
+      ParseGenerationRequest(body, endpoint, ctx.default_params, body_text);
   if (!parsed.ok()) return ToApiError(parsed.status());
   GenerationRequest& r = out->request;
   r = std::move(*parsed);

@@ -77,9 +77,10 @@ Result<json> ParseRequestBody(std::string_view body);
 
 // Checks a parsed body; on success fills *out, otherwise returns vLLM's error. Every cost bound
 // of ctx.limits is checked here, before a prompt is encoded where the bound does not need its
-// tokens.
+// tokens. body_text: the body as sent (a JSON Schema keeps its key order from it; empty: sorted).
 std::optional<ApiError> CheckGenerationRequest(const RequestContext& ctx, const json& body,
-                                               Endpoint endpoint, CheckedRequest* out);
+                                               Endpoint endpoint, CheckedRequest* out,
+                                               std::string_view body_text = {});
 
 // The bytes a checked request's answer could take: the JSON of a non-streamed one (a stream's
 // events also repeat an envelope per token, not counted). Per choice, max_tokens tokens of text

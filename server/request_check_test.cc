@@ -235,16 +235,21 @@ TEST_F(RequestCheckTest, UnknownModelIsQuotedShort) {
   EXPECT_NE(utf8->Body().find("\xc3\xa9..."), std::string::npos);
 }
 
-TEST_F(RequestCheckTest, ResponseFormatOtherThanTextIsRefused) {
+TEST_F(RequestCheckTest, ResponseFormatIsReadAndCheckedByItsKey) {
   ExpectServed({{"prompt", kPrompt}, {"response_format", nullptr}});
   ExpectServed({{"prompt", kPrompt}, {"response_format", {{"type", "text"}}}});
-  ExpectRefused({{"prompt", kPrompt}, {"response_format", {{"type", "json_object"}}}},
-                "response_format", "json_object");
+  ExpectServed({{"prompt", kPrompt}, {"response_format", {{"type", "json_object"}}}});
   json chat = Chat("hi");
+  chat["response_format"] = {{"type", "json_schema"},
+                             {"json_schema", {{"name", "x"}, {"schema", {{"type", "integer"}}}}}};
+  ExpectServed(chat, Endpoint::kChat);
   chat["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}};
-  ExpectRefused(chat, "response_format", "structured output", Endpoint::kChat);
+  ExpectRefused(chat, "response_format", "schema", Endpoint::kChat);
   ExpectRefused({{"prompt", kPrompt}, {"response_format", "json"}}, "response_format",
                 "response_format");
+  ExpectRefused(
+      {{"prompt", kPrompt}, {"response_format", {{"type", "json_object"}}}, {"guided_regex", "a+"}},
+      "response_format", "one");
 }
 
 TEST_F(RequestCheckTest, ContentPartsAreJoinedAsVllmJoinsThem) {

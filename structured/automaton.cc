@@ -12,7 +12,15 @@ std::vector<std::vector<CodeRange>> Utf8ByteRanges(uint32_t lo, uint32_t hi) {
   // boundaries until each piece shares its leading bytes' prefix (RE2's and utf8-ranges'
   // construction).
   std::vector<CodeRange> work;
-  for (const CodeRange& r : NormalizeRanges({{lo, hi}})) work.push_back(r);
+  // NormalizeRanges keeps U+D7FF and U+E000 adjacent (one range over the gap): cut it here.
+  for (const CodeRange& r : NormalizeRanges({{lo, hi}})) {
+    if (r.lo < 0xD800 && r.hi > 0xDFFF) {
+      work.push_back({r.lo, 0xD7FF});
+      work.push_back({0xE000, r.hi});
+    } else {
+      work.push_back(r);
+    }
+  }
   const uint32_t kLenMax[] = {0x7F, 0x7FF, 0xFFFF, 0x10FFFF};
   while (!work.empty()) {
     CodeRange r = work.back();

@@ -46,6 +46,14 @@ std::shared_ptr<const CompiledGrammar::StateMask> CompiledGrammar::MaskOf(int32_
   return cache_[state];
 }
 
+size_t CompiledGrammar::memory_bytes() const {
+  const Automaton& a = automaton_;
+  const size_t tables = a.states.size() * sizeof(Automaton::State) +
+                        a.next.size() * sizeof(int32_t) + a.refs.size() * sizeof(Automaton::Call);
+  std::lock_guard<std::mutex> lock(mu_);
+  return tables + cache_bytes_;
+}
+
 size_t CompiledGrammar::cached_states() const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t n = 0;

@@ -53,6 +53,8 @@ class CompiledGrammar {
   static constexpr size_t kMaxMaskCacheBytes = size_t{64} << 20;
   // States whose mask is cached (for benchmarks and tests).
   size_t cached_states() const;
+  // Bytes held: the automaton's tables and the masks cached so far.
+  size_t memory_bytes() const;
 
  private:
   Automaton automaton_;

@@ -19,6 +19,7 @@
 
 #include "structured/automaton.h"
 #include "structured/gbnf_parser.h"
+#include "structured/grammar_cache.h"
 #include "structured/json_schema.h"
 #include "structured/regex_parser.h"
 #include "tokenizer/tokenizer.h"
@@ -100,6 +101,16 @@ TEST(Utf8ByteRangesTest, CoverExactlyTheRange) {
         matches += ok;
       }
       EXPECT_EQ(matches, 1) << std::hex << cp;
+    }
+    // A surrogate's three bytes (ED A0..BF 80..BF) are not UTF-8: no sequence may match them.
+    for (uint32_t cp = std::max<uint32_t>(lo, 0xD800); cp <= std::min<uint32_t>(hi, 0xDFFF);
+         cp += 0x3F) {
+      const uint8_t s[3] = {0xED, uint8_t(0x80 | ((cp >> 6) & 0x3F)), uint8_t(0x80 | (cp & 0x3F))};
+      for (const auto& seq : seqs) {
+        bool ok = seq.size() == 3;
+        for (size_t i = 0; ok && i < 3; ++i) ok = s[i] >= seq[i].lo && s[i] <= seq[i].hi;
+        EXPECT_FALSE(ok) << "surrogate " << std::hex << cp;
+      }
     }
   }
 }
@@ -653,6 +664,44 @@ TEST(MatcherTest, ChoiceAndJsonObject) {
     EXPECT_TRUE(parsed.is_object()) << *out;
   }
   EXPECT_NE(CacheKey(choice), CacheKey({GrammarSpec::Kind::kChoice, "", {"yes", "nonot sure"}}));
+}
+
+// The cache compiles each spec once however many threads ask for it at once, keeps at most its
+// capacity, and does not keep a spec that fails.
+TEST(MatcherTest, GrammarCacheSharesCompilesAcrossThreads) {
+  auto tok =
+      tokenizer::Tokenizer::LoadFromDir(std::string(MOESERVE_TESTDATA_DIR) + "/qwen3-tokenizer");
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  GrammarCache cache(**tok, {*(*tok)->TokenToId("<|im_end|>")},
+                     {.capacity = 3, .max_bytes = size_t{512} << 20, .limits = {}});
+  const GrammarSpec regex{GrammarSpec::Kind::kRegex, "[0-9]{1,3}", {}};
+  std::vector<std::shared_ptr<const CompiledGrammar>> got(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      auto g = cache.Get(regex);
+      ASSERT_TRUE(g.ok());
+      got[t] = *g;
+      Matcher m(got[t]);
+      EXPECT_TRUE(m.AcceptBytes("42"));
+      EXPECT_TRUE(m.CanEnd());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  // Threads that raced compiled it more than once at most, and all share the kept one now.
+  EXPECT_LE(cache.compiles(), 4);
+  auto again = cache.Get(regex);
+  ASSERT_TRUE(again.ok());
+  const int64_t compiles = cache.compiles();
+  EXPECT_EQ(*cache.Get(regex), *again);
+  EXPECT_EQ(cache.compiles(), compiles);
+
+  EXPECT_FALSE(cache.Get({GrammarSpec::Kind::kRegex, "(a", {}}).ok());
+  EXPECT_EQ(cache.size(), 1u);
+  for (const char* r : {"a", "b", "c", "d"})
+    ASSERT_TRUE(cache.Get({GrammarSpec::Kind::kRegex, r, {}}).ok());
+  EXPECT_EQ(cache.size(), 3u);
+  EXPECT_GT((*again)->memory_bytes(), 0u);
 }
 
 }  // namespace

@@ -237,12 +237,41 @@ TEST_F(RequestLimitsTest, UnknownModelIsQuotedShort) {
   EXPECT_LT(r->body.size(), 1024u) << r->body.substr(0, 1024);
 }
 
-TEST_F(RequestLimitsTest, ResponseFormatOtherThanTextIsRefused) {
+// Structured output is enforced; what cannot be (an unknown format type, a schema keyword not
+// enforced, a spec past a compile bound, a left-recursive grammar) is a 400 naming it, and the
+// server goes on serving.
+TEST_F(RequestLimitsTest, StructuredOutputPastItsBoundsIsRefused) {
   json chat = Chat("Elizabeth was");
   chat["response_format"] = {{"type", "text"}};
   ExpectServed("/v1/chat/completions", chat);
   chat["response_format"] = {{"type", "json_object"}};
-  ExpectRefused("/v1/chat/completions", chat, "response_format", "response_format");
+  ExpectServed("/v1/chat/completions", chat);
+  chat["response_format"] = {{"type", "structural_tag"}};
+  ExpectRefused("/v1/chat/completions", chat, "response_format", "structural_tag");
+  chat.erase("response_format");
+  struct Hostile {
+    json keys;
+    std::string param;
+    std::string says;
+  };
+  const Hostile hostile[] = {
+      {{{"guided_json", {{"type", "object"}, {"patternProperties", json::object()}}}},
+       "structured_outputs",
+       "patternProperties"},
+      {{{"guided_regex", "(.{0,60}){60}"}}, "structured_outputs", "max_"},
+      {{{"guided_regex", std::string(300 * 1024, 'a')}}, "structured_outputs", "max_spec_bytes"},
+      {{{"guided_grammar", "root ::= root \"a\" | \"b\""}}, "structured_outputs", "recursi"},
+      {{{"guided_choice", json::array()}}, "guided_choice", "guided_choice"},
+      {{{"structured_outputs", {{"regex", "a"}, {"grammar", "root ::= \"a\""}}}},
+       "structured_outputs",
+       "one of"},
+  };
+  for (const Hostile& h : hostile) {
+    json request = chat;
+    request.update(h.keys);
+    ExpectRefused("/v1/chat/completions", request, h.param, h.says);
+  }
+  ExpectServed("/v1/chat/completions", Chat("Elizabeth was"));
 }
 
 TEST_F(RequestLimitsTest, ContentPartsAreJoinedAsVllmJoinsThem) {

@@ -304,6 +304,86 @@ TEST_F(ServerTest, NChoicesWithSeed) {
   EXPECT_EQ(texts[1], a["choices"][1]["text"]);
 }
 
+// Structured output over HTTP: response_format's JSON Schema (chat, streamed too), vLLM's
+// structured_outputs and guided_* keys hold for every choice; a schema the server cannot enforce
+// is a 400 naming the keyword, and the server keeps serving.
+TEST_F(ServerTest, StructuredOutputHoldsForEveryChoice) {
+  // Ordered as a client writes it: "name" before "n" (nlohmann::json would sort them).
+  const nlohmann::ordered_json schema = {
+      {"type", "object"},
+      {"properties",
+       {{"name", {{"type", "string"}, {"maxLength", 6}}},
+        {"n", {{"type", "integer"}, {"minimum", 0}, {"maximum", 99}}}}},
+      {"required", {"name", "n"}}};
+  nlohmann::ordered_json chat = {
+      {"messages", {{{"role", "user"}, {"content", "Who?"}}}},
+      {"max_tokens", 120},
+      {"temperature", 1.0},
+      {"seed", 5},
+      {"n", 3},
+      {"response_format",
+       {{"type", "json_schema"},
+        {"json_schema", {{"name", "who"}, {"schema", schema}, {"strict", true}}}}}};
+  auto check = [](const std::string& text) {
+    SCOPED_TRACE(text);
+    EXPECT_EQ(text.rfind("{\"name\"", 0), 0u) << "properties in the schema's order, not sorted";
+    const json v = json::parse(text, nullptr, false);
+    ASSERT_TRUE(v.is_object());
+    ASSERT_TRUE(v["name"].is_string());
+    size_t characters = 0;
+    for (unsigned char b : v["name"].get<std::string>()) characters += (b & 0xC0) != 0x80;
+    EXPECT_LE(characters, 6u);
+    ASSERT_TRUE(v["n"].is_number_integer());
+    EXPECT_GE(v["n"].get<int>(), 0);
+    EXPECT_LE(v["n"].get<int>(), 99);
+    EXPECT_EQ(v.size(), 2u);
+  };
+  const auto [answer_status, answer_body] = Post("/v1/chat/completions", chat.dump());
+  ASSERT_EQ(answer_status, 200) << answer_body;
+  const json answer = json::parse(answer_body);
+  ASSERT_EQ(answer["choices"].size(), 3u);
+  std::vector<std::string> texts;
+  for (const json& c : answer["choices"]) {
+    ASSERT_EQ(c["finish_reason"], "stop") << c.dump();
+    texts.push_back(c["message"]["content"]);
+    check(texts.back());
+  }
+  chat["stream"] = true;
+  const auto [status, body] = Post("/v1/chat/completions", chat.dump());
+  ASSERT_EQ(status, 200) << body;
+  std::string streamed[3];
+  for (const std::string& e : SseData(body)) {
+    if (e == "[DONE]") continue;
+    const json c = json::parse(e)["choices"][0];
+    if (c["delta"].contains("content")) {
+      streamed[c["index"].get<int>()] += c["delta"]["content"].get<std::string>();
+    }
+  }
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(streamed[i], texts[i]);
+
+  const json regex =
+      PostJson("/v1/completions", {{"prompt", kPrompt},
+                                   {"max_tokens", 40},
+                                   {"temperature", 1.0},
+                                   {"structured_outputs", {{"regex", "[a-c]{2,4}!"}}}});
+  const std::string r = regex["choices"][0]["text"];
+  EXPECT_TRUE(r.size() >= 3 && r.size() <= 5 && r.back() == '!') << r;
+  const json choice = PostJson("/v1/completions", {{"prompt", kPrompt},
+                                                   {"max_tokens", 40},
+                                                   {"temperature", 1.0},
+                                                   {"guided_choice", {"left", "right"}}});
+  const std::string c = choice["choices"][0]["text"];
+  EXPECT_TRUE(c == "left" || c == "right") << c;
+
+  const auto [bad_status, bad_body] =
+      Post("/v1/completions",
+           json{{"prompt", kPrompt}, {"guided_json", {{"not", {{"type", "null"}}}}}}.dump());
+  EXPECT_EQ(bad_status, 400) << bad_body;
+  EXPECT_NE(bad_body.find("not"), std::string::npos) << bad_body;
+  EXPECT_EQ(PostJson("/v1/completions", {{"prompt", kPrompt}, {"max_tokens", 2}})["choices"].size(),
+            1u);
+}
+
 // Requests from many connections at once are batched by the engine loop and give, token for
 // token, what each gives alone.
 TEST_F(ServerTest, ConcurrentRequestsMatchSequential) {
@@ -519,10 +599,10 @@ TEST_F(ServerTest, DeeplyNestedBodiesAre400) {
   };
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"/v1/completions", "{\"prompt\": " + nested(200000, "[", "]") + "}"},
-      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": )" +
-                                   nested(100000, "[", "]") + "}]}"},
-      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": )" +
-                                   nested(50000, R"({"a": )", "}") + "}]}"},
+      {"/v1/chat/completions",
+       R"({"messages": [{"role": "user", "content": )" + nested(100000, "[", "]") + "}]}"},
+      {"/v1/chat/completions",
+       R"({"messages": [{"role": "user", "content": )" + nested(50000, R"({"a": )", "}") + "}]}"},
       {"/tokenize", R"({"prompt": )" + nested(100000, "[", "]") + "}"},
       // Just past the limit: the body is 129 levels deep.
       {"/v1/completions", R"({"prompt": [1], "logit_bias": )" + nested(128, "[", "]") + "}"},

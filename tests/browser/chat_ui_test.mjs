@@ -184,6 +184,33 @@ test('Stop keeps the partial answer and the server counts an abort', { timeout: 
   assert.deepEqual(pageErrors, [], 'page errors after Stop');
 });
 
+test('the JSON schema box makes every answer JSON valid under it', { timeout: 120_000 }, async () => {
+  await page.click('#new-chat');
+  await setSettings({ maxTokens: 200 });
+  await setField('#temperature', 1);
+  const schema = { type: 'object', properties: { answer: { type: 'string', maxLength: 12 },
+                                                  sure: { type: 'boolean' } },
+                   required: ['answer', 'sure'] };
+  await setField('#json-schema', JSON.stringify(schema));
+  await sendMessage(PROMPT);
+  await waitForAnswerState('done');
+  const shown = await lastAnswer().locator('.content').textContent();
+  let value;
+  assert.doesNotThrow(() => { value = JSON.parse(shown); }, `the answer is not JSON: ${shown}`);
+  assert.equal(typeof value.answer, 'string', shown);
+  assert.ok([...value.answer].length <= 12, shown);
+  assert.equal(typeof value.sure, 'boolean', shown);
+  assert.deepEqual(Object.keys(value).sort(), ['answer', 'sure'], shown);
+  // Not JSON: an error in the page, nothing sent.
+  await setField('#json-schema', '{"type": ');
+  await sendMessage(PROMPT);
+  const error = page.locator('.message.error').last();
+  await error.waitFor({ state: 'visible', timeout: 10_000 });
+  assert.match(await error.innerText(), /JSON schema/);
+  await setField('#json-schema', '');
+  await page.click('#new-chat');
+});
+
 test('a wrong API key shows the 401 as an error message',
      { timeout: 60_000, skip: !KEY && 'no CHAT_UI_API_KEY: the server takes any key' }, async () => {
   await page.click('#new-chat');
