@@ -48,7 +48,38 @@ struct Options {
   int64_t max_waiting_requests = 0;
   int64_t shutdown_timeout = 0;
   bool no_ui = false;
+  std::string tool_call_parser = "auto";
+  std::string reasoning_parser = "auto";
+  bool enable_auto_tool_choice = false;
 };
+
+// --tool-call-parser and --reasoning-parser: vLLM's names, or `auto` -- what the chat template
+// asks for (ChooseParsers), logged.
+Status ResolveChatParsers(const Options& o, const std::optional<tokenizer::ChatTemplate>& chat,
+                          server::ServerOptions* options) {
+  const server::ParserChoice from_template =
+      server::ChooseParsers(chat ? std::string_view(chat->source()) : std::string_view());
+  if (o.tool_call_parser == "auto") {
+    options->tool_call_parser = from_template.tool_calls;
+  } else {
+    Result<server::ToolCallFormat> f = server::ParseToolCallFormat(o.tool_call_parser);
+    if (!f.ok()) return f.status().WithContext("--tool-call-parser");
+    options->tool_call_parser = *f;
+  }
+  if (o.reasoning_parser == "auto") {
+    options->reasoning_parser = from_template.reasoning;
+  } else {
+    Result<server::ReasoningFormat> f = server::ParseReasoningFormat(o.reasoning_parser);
+    if (!f.ok()) return f.status().WithContext("--reasoning-parser");
+    options->reasoning_parser = *f;
+  }
+  LogInfo("serve: tool calls read as {}{}, reasoning as {}{}",
+          server::ToolCallFormatName(options->tool_call_parser),
+          o.tool_call_parser == "auto" ? " (auto, from the chat template)" : "",
+          server::ReasoningFormatName(options->reasoning_parser),
+          o.reasoning_parser == "auto" ? " (auto, from the chat template)" : "");
+  return OkStatus();
+}
 
 int Run(const Options& o) {
   for (Status s : {o.model.Validate(), o.engine.Validate(), o.limits.Validate()}) {
@@ -158,6 +189,7 @@ int Run(const Options& o) {
   if (!from_file.empty()) {
     LogInfo("serve: sampling defaults from generation_config.json: {}", fmt::join(from_file, ", "));
   }
+  if (Status s = ResolveChatParsers(o, *chat, &options); !s.ok()) return UsageError(kCommand, s);
   server::HttpServer http(options, **tok, std::move(*chat));
   if (Status s = http.Bind(); !s.ok()) return RuntimeError(kCommand, s);
   std::thread listener([&] { http.Listen(); });
@@ -231,6 +263,16 @@ int RunServe(const std::vector<std::string>& args) {
             "past this many waiting requests (each choice of n counts) new ones get a 503 "
             "(0: no bound)");
   flags.Bool("no-ui", &o.no_ui, "no chat page at / (a 404 there, like any unknown route)");
+  flags.String("tool-call-parser", &o.tool_call_parser,
+               "how chat answers' tool calls are read into tool_calls: hermes (Qwen3, "
+               "Qwen3-Next), qwen3_xml or qwen3_coder (Qwen3.5, Qwen3-Coder), none, or auto: "
+               "what the chat template writes");
+  flags.String("reasoning-parser", &o.reasoning_parser,
+               "how chat answers' thinking is split into reasoning: qwen3, deepseek_r1, none, or "
+               "auto: what the chat template writes");
+  flags.Bool("enable-auto-tool-choice", &o.enable_auto_tool_choice,
+             "accepted for vLLM's command lines: tool_choice auto is on whenever a tool-call "
+             "parser is");
   if (std::optional<int> exit_code = ParseFlags(flags, args, kCommand)) return *exit_code;
   return Run(o);
 }

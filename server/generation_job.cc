@@ -8,6 +8,25 @@
 
 namespace moeserve::server {
 
+namespace {
+
+// `more` after `*into`: each field's text appended; a call's arguments join its element when
+// `more` goes on with the same call.
+void AppendDelta(MessageDelta more, MessageDelta* into) {
+  into->reasoning += more.reasoning;
+  into->content += more.content;
+  for (ToolCallDelta& call : more.tool_calls) {
+    if (!into->tool_calls.empty() && into->tool_calls.back().index == call.index &&
+        call.id.empty() && call.name.empty()) {
+      into->tool_calls.back().arguments += call.arguments;
+    } else {
+      into->tool_calls.push_back(std::move(call));
+    }
+  }
+}
+
+}  // namespace
+
 ChoiceState::ChoiceState(const tokenizer::Tokenizer& tok,
                          const std::shared_ptr<const engine::PreparedParams>& sampling,
                          size_t prompt_index)
@@ -42,10 +61,36 @@ std::vector<ChoiceInput> GenerationJob::Start(CheckedRequest checked) {
   sampling = std::move(*prepared);
   const int64_t n = std::max<int64_t>(params().n, 1);
   choices.reserve(prompts.size() * n);
+  const std::optional<OutputParserOptions> parsing = ParserOptions();
   for (size_t p = 0; p < prompts.size(); ++p) {
-    for (int64_t j = 0; j < n; ++j) choices.emplace_back(*tok, sampling, p);
+    for (int64_t j = 0; j < n; ++j) {
+      choices.emplace_back(*tok, sampling, p);
+      if (parsing) choices.back().parser.emplace(*parsing);
+    }
   }
   return PrepareChoices(loop->engine(), sampling, prompts);
+}
+
+std::optional<OutputParserOptions> GenerationJob::ParserOptions() const {
+  if (!chat()) return std::nullopt;
+  using ToolChoice = GenerationRequest::ToolChoice;
+  OutputParserOptions o;
+  o.reasoning = reasoning_format;
+  if (request.tools != nullptr && request.tool_choice != ToolChoice::kNone) {
+    o.tool_calls = tool_call_format;
+    o.tools = request.tools;
+    if (!request.parallel_tool_calls) o.limits.max_calls = 1;
+  }
+  if (o.reasoning == ReasoningFormat::kNone && o.tool_calls == ToolCallFormat::kNone) {
+    return std::nullopt;
+  }
+  // Thinking is off when the request turned it off or the prompt closed it (Qwen3's template
+  // writes an empty think block for enable_thinking false).
+  const json kwargs = json::parse(request.chat_template_kwargs_json);
+  const json thinking = kwargs.value("enable_thinking", json(true));
+  o.thinking_enabled = !(thinking.is_boolean() && !thinking.get<bool>()) &&
+                       !(prompt_texts.size() == 1 && PromptClosesThinking(prompt_texts[0]));
+  return o;
 }
 
 bool GenerationJob::finished() const {
@@ -117,6 +162,10 @@ Status GenerationJob::Pull(std::chrono::milliseconds timeout, std::vector<Delta>
       }
       d.text += c.detok.Flush();
     }
+    if (c.parser) {
+      d.message = c.parser->Feed(d.text);
+      if (u.finished) AppendDelta(c.parser->Finish(), &d.message);
+    }
     c.text += d.text;
     c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
   }
@@ -153,7 +202,12 @@ ordered_json GenerationJob::Response() {
   for (size_t i = 0; i < choices.size(); ++i) {
     ChoiceState& c = choices[i];
     ordered_json choice = {{"index", i}};
-    if (chat()) {
+    const char* reason = FinishReasonJson(c.reason);
+    if (c.parser) {
+      const ParsedMessage message = c.parser->message();
+      choice["message"] = ChatMessageJson(message);
+      reason = ChatFinishReason(message, reason);
+    } else if (chat()) {
       choice["message"] = {
           {"role", "assistant"}, {"content", c.text}, {"tool_calls", ordered_json::array()}};
     } else {
@@ -161,7 +215,7 @@ ordered_json GenerationJob::Response() {
     }
     choice["logprobs"] = chat() ? LogprobsJson(c.logprobs, &c.text_offset)
                                 : CompletionLogprobs(c, c.logprobs, echo());
-    choice["finish_reason"] = FinishReasonJson(c.reason);
+    choice["finish_reason"] = reason;
     choice["stop_reason"] = c.stop_reason;
     if (request.return_prompt_logprobs && !chat()) {
       choice["prompt_logprobs"] = PromptLogprobsJson(*tok, c.prompt_logprobs);
@@ -183,9 +237,9 @@ ordered_json GenerationJob::Chunk(size_t i, const Delta& d, bool first) {
       Envelope(id, chat() ? "chat.completion.chunk" : "text_completion", created, model);
   ordered_json choice = {{"index", i}};
   if (chat()) {
-    ordered_json delta = ordered_json::object();
+    ordered_json delta = c.parser && !first ? ChatDeltaJson(d.message) : ordered_json::object();
     if (first) delta["role"] = "assistant";
-    if (first || !d.text.empty()) delta["content"] = d.text;
+    if (first || (!c.parser && !d.text.empty())) delta["content"] = d.text;
     choice["delta"] = std::move(delta);
     choice["logprobs"] =
         d.logprobs.empty() ? ordered_json(nullptr) : LogprobsJson(d.logprobs, &c.text_offset);
@@ -198,8 +252,9 @@ ordered_json GenerationJob::Chunk(size_t i, const Delta& d, bool first) {
                              ? ordered_json(nullptr)
                              : CompletionLogprobs(c, d.logprobs, echo_now);
   }
-  choice["finish_reason"] =
-      d.finished ? ordered_json(FinishReasonJson(c.reason)) : ordered_json(nullptr);
+  const char* reason = FinishReasonJson(c.reason);
+  if (c.parser && d.finished) reason = ChatFinishReason(c.parser->message(), reason);
+  choice["finish_reason"] = d.finished ? ordered_json(reason) : ordered_json(nullptr);
   choice["stop_reason"] = d.finished ? c.stop_reason : ordered_json(nullptr);
   if (d.prompt_logprobs_arrived && request.return_prompt_logprobs) {
     const ordered_json prompt_logprobs = PromptLogprobsJson(*tok, c.prompt_logprobs);
@@ -242,8 +297,9 @@ std::string GenerationJob::NextEvents(std::chrono::milliseconds timeout) {
     const ChoiceState& c = choices[i];
     // A delta with new tokens is sent even when their text is held back (a partial character, a
     // possible stop string) or empty, as vLLM sends one per output; a prefill step's is not.
-    if (d.num_tokens > 0 || !d.text.empty() || d.finished ||
-        (d.prompt_logprobs_arrived && request.return_prompt_logprobs) ||
+    const bool has_news =
+        c.parser ? !d.message.empty() || !d.logprobs.empty() : d.num_tokens > 0 || !d.text.empty();
+    if (has_news || d.finished || (d.prompt_logprobs_arrived && request.return_prompt_logprobs) ||
         (echo() && !c.echoed && EchoReady(c))) {
       events += SseEvent(Chunk(i, d, false));
     }

@@ -6,12 +6,14 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "server/engine_loop.h"
 #include "server/openai_json.h"
+#include "server/output_parser.h"
 #include "server/request_check.h"
 #include "structured/grammar_cache.h"
 #include "tokenizer/incremental_detokenizer.h"
@@ -38,6 +40,8 @@ struct ChoiceState {
   engine::FinishReason reason = engine::FinishReason::kNone;
   int64_t text_offset = 0;        // completions logprobs' running text_offset
   int64_t num_cached_tokens = 0;  // prompt tokens the prefix cache supplied
+  // Chat with a reasoning or tool-call parser: the text read into reasoning, content and calls.
+  std::optional<OutputParser> parser;
 };
 
 // What one Pull added to a choice.
@@ -47,6 +51,7 @@ struct Delta {
   std::string text;
   std::vector<engine::SampledToken> logprobs;
   bool finished = false;  // this Pull finished the choice
+  MessageDelta message;   // with a parser: what `text` added to the message
 };
 
 struct GenerationJob {
@@ -67,6 +72,9 @@ struct GenerationJob {
   const tokenizer::Tokenizer* tok = nullptr;
   // Compiles (or finds) a request's structured output grammar; null: such requests are refused.
   structured::GrammarCache* grammars = nullptr;
+  // The server's parsers of chat answers (none: the text is the content).
+  ReasoningFormat reasoning_format = ReasoningFormat::kNone;
+  ToolCallFormat tool_call_format = ToolCallFormat::kNone;
   std::shared_ptr<Channel> channel;
   std::vector<ChoiceState> choices;  // n per prompt: choice p * n + j is prompt p's j-th
   bool stream_started = false;
@@ -103,6 +111,9 @@ struct GenerationJob {
  private:
   bool chat() const { return endpoint == Endpoint::kChat; }
   bool echo() const { return request.echo && !chat(); }
+  // A chat choice's parser options when the server has a parser the request uses (reasoning, or
+  // tool calls with tools and tool_choice other than none); nullopt: the text is the content.
+  std::optional<OutputParserOptions> ParserOptions() const;
   ordered_json LogprobsJson(const std::vector<engine::SampledToken>& logprobs,
                             int64_t* text_offset) const;
   // Completions logprobs of `logprobs` (null when not asked), after the prompt's when

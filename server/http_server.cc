@@ -374,6 +374,8 @@ struct HttpServer::Impl final : HttpRouter {
     job->loop = l;
     job->tok = &tok;
     job->grammars = grammars.get();
+    job->reasoning_format = options.reasoning_parser;
+    job->tool_call_format = options.tool_call_parser;
     std::vector<ChoiceInput> inputs = job->Start(std::move(checked));
     job->channel = l->Submit(std::move(inputs), options.max_waiting_requests, std::move(wake));
     if (Status refused = job->channel->error(); !refused.ok()) {  // before any byte is sent

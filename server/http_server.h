@@ -15,6 +15,7 @@
 #include "engine/sampling_params.h"
 #include "server/engine_loop.h"
 #include "server/http_front.h"
+#include "server/output_parser.h"
 #include "server/request_check.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -50,6 +51,11 @@ struct ServerOptions {
   bool ui = true;
   // The speculative method the engine runs ("mtp:1"; "": none), for the page to show.
   std::string speculative;
+  // How chat answers are read (--reasoning-parser, --tool-call-parser; `auto` resolved from the
+  // chat template by the caller): reasoning split off into `reasoning`, tool calls into
+  // `tool_calls`.
+  ReasoningFormat reasoning_parser = ReasoningFormat::kNone;
+  ToolCallFormat tool_call_parser = ToolCallFormat::kNone;
 };
 
 class HttpServer {

@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 
+#include "core/json.h"
 #include "engine/sampling_json.h"
 
 namespace moeserve::server {
@@ -117,9 +118,87 @@ Status ReadStreamOptions(const json& v, GenerationRequest* r) {
 }
 
 // Keys only chat has: the template's inputs and chat's spelling of logprobs.
+// tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name": N}}.
+Status ReadToolChoice(const json& value, GenerationRequest* r) {
+  using ToolChoice = GenerationRequest::ToolChoice;
+  if (value.is_string()) {
+    const std::string& s = value.get_ref<const std::string&>();
+    if (s == "none") {
+      r->tool_choice = ToolChoice::kNone;
+    } else if (s == "auto") {
+      r->tool_choice = ToolChoice::kAuto;
+    } else if (s == "required") {
+      r->tool_choice = ToolChoice::kRequired;
+    } else {
+      return InvalidArgument(
+          "\"tool_choice\" must be none, auto, required or a function, got \"{}\"",
+          Truncated(s, 64));
+    }
+    return OkStatus();
+  }
+  const json* name = nullptr;
+  if (value.is_object() && value.value("type", json()) == "function" &&
+      value.contains("function") && value["function"].is_object() &&
+      value["function"].contains("name")) {
+    name = &value["function"]["name"];
+  }
+  if (name == nullptr || !name->is_string()) {
+    return InvalidArgument(
+        "\"tool_choice\" must be none, auto, required or {{\"type\": \"function\", \"function\": "
+        "{{\"name\": ...}}}}");
+  }
+  r->tool_choice = ToolChoice::kFunction;
+  r->tool_choice_name = name->get<std::string>();
+  return OkStatus();
+}
+
+// The tools the answer's parser reads, and tool_choice checked against them.
+Status ReadTools(GenerationRequest* r) {
+  using ToolChoice = GenerationRequest::ToolChoice;
+  if (r->tools_json != "null") {
+    ASSIGN_OR_RETURN(std::vector<ToolSpec> tools, ReadToolSpecs(r->tools_json));
+    if (!tools.empty()) r->tools = std::make_shared<const std::vector<ToolSpec>>(std::move(tools));
+  }
+  if (r->tool_choice == ToolChoice::kRequired || r->tool_choice == ToolChoice::kFunction) {
+    if (r->tools == nullptr) {
+      return InvalidArgument(
+          "\"tool_choice\": {} needs \"tools\"",
+          r->tool_choice == ToolChoice::kRequired ? "\"required\"" : "a function");
+    }
+  }
+  if (r->tool_choice == ToolChoice::kFunction) {
+    const auto& tools = *r->tools;
+    if (std::none_of(tools.begin(), tools.end(),
+                     [&](const ToolSpec& t) { return t.name == r->tool_choice_name; })) {
+      return InvalidArgument("\"tool_choice\": no tool named \"{}\" in \"tools\"",
+                             Truncated(r->tool_choice_name, 128));
+    }
+  }
+  return OkStatus();
+}
+
+// reasoning_effort "none" turns thinking off through the template (enable_thinking false),
+// unless chat_template_kwargs says otherwise; other efforts change nothing for Qwen's models.
+Status ApplyReasoningEffort(const std::string& effort, GenerationRequest* r) {
+  if (effort.empty()) return OkStatus();
+  static constexpr std::string_view kEfforts[] = {"none", "minimal", "low", "medium", "high"};
+  if (std::find(std::begin(kEfforts), std::end(kEfforts), effort) == std::end(kEfforts)) {
+    return InvalidArgument(
+        "\"reasoning_effort\" must be none, minimal, low, medium or high, got \"{}\"",
+        Truncated(effort, 64));
+  }
+  if (effort != "none") return OkStatus();
+  json kwargs = json::parse(r->chat_template_kwargs_json);
+  if (!kwargs.contains("enable_thinking")) {
+    kwargs["enable_thinking"] = false;
+    r->chat_template_kwargs_json = kwargs.dump();
+  }
+  return OkStatus();
+}
+
 Status ReadChatKey(const std::string& key, const json& value, GenerationRequest* r,
                    std::optional<bool>* logprobs, std::optional<int64_t>* top_logprobs,
-                   bool* handled) {
+                   std::string* reasoning_effort, bool* handled) {
   *handled = true;
   if (key == "messages") {
     ASSIGN_OR_RETURN(const json messages, NormalizeChatMessages(value));
@@ -142,6 +221,13 @@ Status ReadChatKey(const std::string& key, const json& value, GenerationRequest*
   } else if (key == "top_logprobs") {
     if (!value.is_number_integer()) return InvalidArgument("\"top_logprobs\" must be an integer");
     *top_logprobs = value.get<int64_t>();
+  } else if (key == "tool_choice") {
+    RETURN_IF_ERROR(ReadToolChoice(value, r));
+  } else if (key == "parallel_tool_calls") {
+    RETURN_IF_ERROR(ReadBool(value, key, &r->parallel_tool_calls));
+  } else if (key == "reasoning_effort") {
+    if (!value.is_string()) return InvalidArgument("\"reasoning_effort\" must be a string");
+    *reasoning_effort = value.get<std::string>();
   } else if (key == "max_completion_tokens") {
     // OpenAI's newer name of max_tokens.
     bool known = false;
@@ -154,6 +240,37 @@ Status ReadChatKey(const std::string& key, const json& value, GenerationRequest*
 }
 
 }  // namespace
+
+// An earlier assistant turn as the template reads it: each call's arguments an object, and the
+// reasoning under both of its names.
+Status NormalizeAssistantTurn(size_t index, json& message) {
+  const auto reasoning = message.find("reasoning");
+  if (reasoning != message.end() && reasoning->is_string() &&
+      !message.contains("reasoning_content")) {
+    message["reasoning_content"] = *reasoning;
+  }
+  const auto calls = message.find("tool_calls");
+  if (calls == message.end() || calls->is_null()) return OkStatus();
+  if (!calls->is_array()) {
+    return InvalidArgument("\"messages\"[{}]: \"tool_calls\" must be a list", index);
+  }
+  for (size_t j = 0; j < calls->size(); ++j) {
+    json& call = (*calls)[j];
+    if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) {
+      return InvalidArgument("\"messages\"[{}].tool_calls[{}]: needs a \"function\" object", index,
+                             j);
+    }
+    json& arguments = call["function"]["arguments"];
+    if (!arguments.is_string()) continue;
+    Result<json> parsed = ParseJson(arguments.get_ref<const std::string&>(), "");
+    if (!parsed.ok()) {
+      return InvalidArgument("\"messages\"[{}].tool_calls[{}].function.arguments: {}", index, j,
+                             parsed.status().message());
+    }
+    arguments = std::move(*parsed);
+  }
+  return OkStatus();
+}
 
 Result<json> NormalizeChatMessages(const json& messages) {
   if (!messages.is_array()) return InvalidArgument("\"messages\" must be a list of messages");
@@ -182,6 +299,8 @@ Result<json> NormalizeChatMessages(const json& messages) {
       return InvalidArgument(
           "\"messages\": a message's \"content\" must be a string or a list of content parts");
     }
+    if (message["role"] == "assistant")
+      RETURN_IF_ERROR(NormalizeAssistantTurn(out.size(), message));
     out.push_back(std::move(message));
   }
   return out;
@@ -199,13 +318,15 @@ Result<GenerationRequest> ParseGenerationRequest(const json& body, Endpoint endp
   const bool chat = endpoint == Endpoint::kChat;
   std::optional<bool> chat_logprobs;
   std::optional<int64_t> top_logprobs;
+  std::string reasoning_effort;
   bool stream_options_given = false;
   bool has_prompt = false;
   for (const auto& [key, value] : body.items()) {
     if (value.is_null()) continue;  // vLLM reads null as "not given"
     if (chat) {
       bool handled = false;
-      RETURN_IF_ERROR(ReadChatKey(key, value, &r, &chat_logprobs, &top_logprobs, &handled));
+      RETURN_IF_ERROR(
+          ReadChatKey(key, value, &r, &chat_logprobs, &top_logprobs, &reasoning_effort, &handled));
       if (handled) continue;
     }
     bool sampling = false;
@@ -235,6 +356,13 @@ Result<GenerationRequest> ParseGenerationRequest(const json& body, Endpoint endp
   }
   if (chat) {
     if (r.messages_json.empty()) return InvalidArgument("\"messages\" is required");
+    // The tools as the client wrote them: the template shows them to the model in that order.
+    if (std::optional<std::string_view> raw = RawJsonMember(body_text, {"tools"});
+        raw && !raw->empty() && raw->front() == '[') {
+      r.tools_json = std::string(*raw);
+    }
+    RETURN_IF_ERROR(ReadTools(&r));
+    RETURN_IF_ERROR(ApplyReasoningEffort(reasoning_effort, &r));
     // vLLM's check; the upper bound is --max-logprobs' (request_check.cc).
     if (top_logprobs && *top_logprobs < -1) {
       return InvalidArgument("top_logprobs must be non-negative or -1, got {}", *top_logprobs);

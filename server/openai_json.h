@@ -14,6 +14,7 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
+#include "server/tool_call_parser.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::server {
@@ -38,6 +39,14 @@ struct GenerationRequest {
   std::string tools_json = "null";
   bool add_generation_prompt = true;
   std::string chat_template_kwargs_json = "{}";
+  // Chat's tools as the answer's parser reads them (null: the request has none), and how the
+  // model may use them: tool_choice "none" | "auto" (the default) | "required" | a function
+  // ({"type": "function", "function": {"name"}}: tool_choice_name), and parallel_tool_calls.
+  std::shared_ptr<const std::vector<ToolSpec>> tools;
+  enum class ToolChoice { kNone, kAuto, kRequired, kFunction };
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_choice_name;
+  bool parallel_tool_calls = true;
   // vLLM: true for completions (BOS where the tokenizer adds one), false for chat (the template
   // writes the special tokens).
   bool add_special_tokens = true;
@@ -55,7 +64,9 @@ struct GenerationRequest {
 // becomes its text parts joined by "\n" (a bare string part counts as text), a null or missing
 // one ""; parts of other types
 // (image_url, input_audio, file, ...) are an InvalidArgument naming the type -- this server reads
-// text only.
+// text only. An assistant message's tool_calls have their "arguments" JSON text parsed into an
+// object (templates iterate it with |items; not JSON is an InvalidArgument naming the call), and
+// its "reasoning" is also given as "reasoning_content" (the name Qwen's templates read).
 Result<json> NormalizeChatMessages(const json& messages);
 
 // Reads a request body (an object). Errors are InvalidArgument naming the field first, so that
