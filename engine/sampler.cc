@@ -245,6 +245,7 @@ RequestSampler::RequestSampler(std::shared_ptr<const PreparedParams> prepared,
     grammar_mask_.resize(
         std::max<size_t>((vocab + 31) / 32, prepared_->grammar->vocabulary().mask_words()));
     grammar_logits_.resize(vocab);
+    grammar_active_ = p.structured_outputs_after_token < 0;
   }
 
   const SamplerTables& t = tables();
@@ -425,7 +426,8 @@ void RequestSampler::Sample(const float* logits, std::span<const int32_t> output
                             SampledToken* result) {
   // The grammar first, as vLLM applies its bitmask to the logits before the sampler: every later
   // step, logprobs included, sees only what the grammar allows.
-  if (matcher_.has_value()) logits = GrammarMasked(logits);
+  const bool masked = matcher_.has_value() && grammar_active_;
+  if (masked) logits = GrammarMasked(logits);
   int32_t token;
   if (plain_greedy_) {
     token = GreedyToken(logits, vocab_);
@@ -445,7 +447,7 @@ void RequestSampler::Sample(const float* logits, std::span<const int32_t> output
   }
   // The processors left nothing the grammar allows (min_tokens holding back the EOS that alone
   // completes it, say): the grammar wins, its most likely token.
-  if (matcher_.has_value() && !GrammarAllows(token)) token = GreedyToken(logits, vocab_);
+  if (masked && !GrammarAllows(token)) token = GreedyToken(logits, vocab_);
   result->token = token;
   if (logprobs_.has_value()) {
     // Logprobs of the raw logits (vLLM's default raw_logprobs), which Sample never modifies, so
@@ -462,7 +464,13 @@ void RequestSampler::Accept(int32_t token) {
   CHECK(token >= 0 && token < vocab_) << "accepted token " << token << " outside vocabulary";
   // Sample chose a token of the mask; past the end (EOS again, under ignore_eos) the matcher
   // refuses it and stays finished.
-  if (matcher_.has_value()) matcher_->AcceptToken(token);
+  if (matcher_.has_value()) {
+    if (grammar_active_) {
+      matcher_->AcceptToken(token);
+    } else if (token == prepared_->params.structured_outputs_after_token) {
+      grammar_active_ = true;  // the answer starts after this token
+    }
+  }
   if (!in_prompt_or_output_.empty() && !in_prompt_or_output_[token]) {
     in_prompt_or_output_[token] = 1;
     prompt_or_output_ids_.push_back(token);

@@ -183,6 +183,7 @@ class RequestSampler {
   // Structured output: the request's place in its grammar, the step's mask of allowed tokens
   // (one bit per id) and the masked logits [vocab].
   std::optional<structured::Matcher> matcher_;
+  bool grammar_active_ = true;  // false until params.structured_outputs_after_token is accepted
   std::vector<uint32_t> grammar_mask_;
   std::vector<float> grammar_logits_;
 };

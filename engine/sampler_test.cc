@@ -1222,6 +1222,27 @@ TEST(SamplerGrammarTest, TheGrammarWinsWhenTheProcessorsLeaveNothing) {
   EXPECT_EQ(t.token, GrammarFixture::kEos);
 }
 
+// With structured_outputs_after_token (a reasoning model's </think>), tokens are free until that
+// token, and the grammar holds from the next one.
+TEST(SamplerGrammarTest, TheGrammarWakesAfterItsToken) {
+  const GrammarFixture f;
+  SamplingParams p;
+  p.temperature = 0;
+  p.structured_outputs_after_token = 8;  // "da" stands for </think>
+  RequestSampler sampler(f.Prepare(p), {}, f.vocab(), 1);
+  std::vector<float> logits(f.vocab(), 0.0f);
+  logits[7] = 5;  // "x": refused by the grammar, the favourite
+  std::vector<float> scratch(2 * f.vocab());
+  SampledToken t;
+  sampler.Sample(logits.data(), {}, scratch.data(), &t);
+  EXPECT_EQ(t.token, 7);  // free before the token
+  sampler.Accept(7);
+  sampler.Accept(8);  // the answer starts
+  sampler.Sample(logits.data(), {}, scratch.data(), &t);
+  EXPECT_NE(t.token, 7);
+  EXPECT_EQ(sampler.matcher()->num_tokens(), 0);  // neither token went to the grammar
+}
+
 TEST(SamplerGrammarTest, ARequestAskingForAGrammarNeedsOne) {
   SamplingParams p;
   p.structured_outputs = structured::GrammarSpec{structured::GrammarSpec::Kind::kRegex, "a", {}};

@@ -47,6 +47,9 @@ struct SamplingParams {
   // guided_* keys): the output must be a sentence of this grammar. Compiled by the frontend,
   // which holds the tokenizer (PreparedParams::grammar).
   std::optional<structured::GrammarSpec> structured_outputs;
+  // The grammar applies only after this token (a reasoning model's </think>: the thinking is
+  // free, the answer constrained); -1: from the first token. Set by the server, not a JSON key.
+  int32_t structured_outputs_after_token = -1;
 
   // Filled by ResolveBadWords: each bad word's token sequences (with and without a leading
   // space); a sequence's last token is banned when the output ends with the rest of it.

@@ -1,5 +1,7 @@
 #include "server/generation_job.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -47,6 +49,8 @@ std::vector<ChoiceInput> GenerationJob::Start(CheckedRequest checked) {
     inputs.push_back({std::move(error)});
     return inputs;
   };
+  const std::optional<OutputParserOptions> parsing = ParserOptions();
+  if (Status s = ConstrainToolCalls(parsing); !s.ok()) return failed(s);
   std::shared_ptr<const structured::CompiledGrammar> grammar;
   if (const auto& spec = request.params.structured_outputs; spec.has_value()) {
     if (grammars == nullptr) return failed(InvalidArgument("structured output is not available"));
@@ -61,7 +65,6 @@ std::vector<ChoiceInput> GenerationJob::Start(CheckedRequest checked) {
   sampling = std::move(*prepared);
   const int64_t n = std::max<int64_t>(params().n, 1);
   choices.reserve(prompts.size() * n);
-  const std::optional<OutputParserOptions> parsing = ParserOptions();
   for (size_t p = 0; p < prompts.size(); ++p) {
     for (int64_t j = 0; j < n; ++j) {
       choices.emplace_back(*tok, sampling, p);
@@ -91,6 +94,43 @@ std::optional<OutputParserOptions> GenerationJob::ParserOptions() const {
   o.thinking_enabled = !(thinking.is_boolean() && !thinking.get<bool>()) &&
                        !(prompt_texts.size() == 1 && PromptClosesThinking(prompt_texts[0]));
   return o;
+}
+
+Status GenerationJob::ConstrainToolCalls(const std::optional<OutputParserOptions>& parsing) {
+  if (!chat()) return OkStatus();
+  using ToolChoice = GenerationRequest::ToolChoice;
+  engine::SamplingParams& p = request.params;
+  if (request.tool_choice == ToolChoice::kRequired ||
+      request.tool_choice == ToolChoice::kFunction) {
+    if (tool_call_format == ToolCallFormat::kNone) {
+      return InvalidArgument(
+          "\"tool_choice\": calls are enforced in the model's call format, and this server reads "
+          "none (serve --tool-call-parser)");
+    }
+    if (p.structured_outputs.has_value()) {
+      return InvalidArgument(
+          "\"tool_choice\" {} and structured output cannot be combined",
+          request.tool_choice == ToolChoice::kRequired ? "\"required\"" : "naming a function");
+    }
+    // The tools as the client wrote them (tools_json), in the parser's format.
+    const std::string spec = fmt::format(
+        R"({{"format": "{}", "parallel": {}, "only": {}, "tools": {}}})",
+        ToolCallFormatName(tool_call_format), request.parallel_tool_calls ? "true" : "false",
+        request.tool_choice == ToolChoice::kFunction ? json(request.tool_choice_name).dump()
+                                                     : "null",
+        request.tools_json);
+    p.structured_outputs =
+        structured::GrammarSpec{structured::GrammarSpec::Kind::kToolCalls, spec, {}};
+  }
+  // A thinking model thinks freely; the grammar holds from its </think> on (vLLM starts
+  // enforcing where its reasoning parser sees the reasoning end).
+  if (p.structured_outputs.has_value() && parsing && parsing->reasoning != ReasoningFormat::kNone &&
+      parsing->thinking_enabled) {
+    if (std::optional<int32_t> end = tok->TokenToId("</think>")) {
+      p.structured_outputs_after_token = *end;
+    }
+  }
+  return OkStatus();
 }
 
 bool GenerationJob::finished() const {

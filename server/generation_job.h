@@ -114,6 +114,10 @@ struct GenerationJob {
   // A chat choice's parser options when the server has a parser the request uses (reasoning, or
   // tool calls with tools and tool_choice other than none); nullopt: the text is the content.
   std::optional<OutputParserOptions> ParserOptions() const;
+  // tool_choice "required" or a function: the request's grammar is its tools' calls, in the
+  // model's format (structured/tool_calls_grammar.h). With thinking on, any grammar applies after
+  // </think>.
+  Status ConstrainToolCalls(const std::optional<OutputParserOptions>& parsing);
   ordered_json LogprobsJson(const std::vector<engine::SampledToken>& logprobs,
                             int64_t* text_offset) const;
   // Completions logprobs of `logprobs` (null when not asked), after the prompt's when

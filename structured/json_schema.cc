@@ -1,5 +1,6 @@
 #include "structured/json_schema.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -317,24 +318,45 @@ class SchemaCompiler {
       }
       keys.push_back(it.key());
     }
-    auto only = [&](const char* keyword) -> Status {
+    auto only = [&](const char* keyword, bool with_type = false) -> Status {
       for (const std::string& k : keys) {
-        if (k != keyword) {
+        if (k != keyword && !(with_type && k == "type")) {
           return Error(path, fmt::format("'{}' beside '{}' is not supported", k, keyword));
         }
       }
       return OkStatus();
+    };
+    // const and enum may name their type too (tools write {"type": "string", "enum": [...]}):
+    // the values of another type are left out.
+    auto of_type = [&](const Json& v) {
+      if (!s.contains("type")) return true;
+      const Json& t = s["type"];
+      const auto is = [&v](const Json& name) {
+        return name == "string" ? v.is_string()
+               : name == "integer"
+                   ? v.is_number_integer() ||
+                         (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()))
+               : name == "number"  ? v.is_number()
+               : name == "boolean" ? v.is_boolean()
+               : name == "null"    ? v.is_null()
+               : name == "object"  ? v.is_object()
+               : name == "array"   ? v.is_array()
+                                   : false;
+      };
+      if (t.is_array()) return std::any_of(t.begin(), t.end(), is);
+      return is(t);
     };
     if (s.contains("$ref")) {
       RETURN_IF_ERROR(only("$ref"));
       return RefRule(s["$ref"], depth, ref_depth, path);
     }
     if (s.contains("const")) {
-      RETURN_IF_ERROR(only("const"));
+      RETURN_IF_ERROR(only("const", /*with_type=*/true));
+      if (!of_type(s["const"])) return Error(path, "const is not of the schema's type");
       return Lit(s["const"].dump());
     }
     if (s.contains("enum")) {
-      RETURN_IF_ERROR(only("enum"));
+      RETURN_IF_ERROR(only("enum", /*with_type=*/true));
       const Json& values = s["enum"];
       if (!values.is_array() || values.empty()) return Error(path, "enum must be a non-empty list");
       if (values.size() > limits_.max_enum_values) {
@@ -342,7 +364,10 @@ class SchemaCompiler {
                                        values.size(), limits_.max_enum_values));
       }
       std::vector<Expr> alts;
-      for (const Json& v : values) alts.push_back(Lit(v.dump()));
+      for (const Json& v : values) {
+        if (of_type(v)) alts.push_back(Lit(v.dump()));
+      }
+      if (alts.empty()) return Error(path, "no enum value is of the schema's type");
       return Alt(std::move(alts));
     }
     for (const char* keyword : {"anyOf", "oneOf"}) {

@@ -6,6 +6,7 @@
 #include "structured/gbnf_parser.h"
 #include "structured/json_schema.h"
 #include "structured/regex_parser.h"
+#include "structured/tool_calls_grammar.h"
 
 namespace moeserve::structured {
 
@@ -47,6 +48,8 @@ Result<Grammar> SpecToGrammar(const GrammarSpec& spec, const Limits& limits) {
       return ChoiceGrammar(spec.choices, limits);
     case GrammarSpec::Kind::kGrammar:
       return ParseGbnf(spec.text, limits);
+    case GrammarSpec::Kind::kToolCalls:
+      return ToolCallsGrammar(spec.text, limits);
   }
   return Internal("unknown spec kind");
 }

@@ -29,6 +29,7 @@ struct GrammarSpec {
     kRegex,       // text: a pattern the whole output matches (regex_parser.h)
     kChoice,      // choices: the output is exactly one of them
     kGrammar,     // text: GBNF (gbnf_parser.h)
+    kToolCalls,   // text: tools and the model's call format (tool_calls_grammar.h)
   };
   Kind kind = Kind::kJsonSchema;
   std::string text;

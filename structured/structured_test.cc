@@ -252,6 +252,50 @@ TEST(JsonSchemaTest, AcceptsValidAndRefusesInvalidText) {
   EXPECT_FALSE(Accepts(Schema(R"({"type": "integer", "minimum": -20, "maximum": 1234})"), "01"));
   EXPECT_TRUE(Accepts(Schema(R"({"type": "string", "format": "date"})"), R"("2024-02-28")"));
   EXPECT_FALSE(Accepts(Schema(R"({"type": "string", "format": "date"})"), R"("2024-02-30")"));
+  // enum and const may name their type (as tools' schemas do); values of another type drop out.
+  const std::string typed_enum = R"({"type": "string", "enum": ["a", 1, "b"]})";
+  EXPECT_TRUE(Accepts(Schema(typed_enum), R"("b")"));
+  EXPECT_FALSE(Accepts(Schema(typed_enum), "1"));
+  EXPECT_TRUE(Accepts(Schema(R"({"type": ["integer", "null"], "enum": [2.0, null, "x"]})"), "2.0"));
+  EXPECT_TRUE(Accepts(Schema(R"({"type": "integer", "const": 3})"), "3"));
+  EXPECT_FALSE(
+      SpecToGrammar({GrammarSpec::Kind::kJsonSchema, R"({"type": "string", "enum": [1]})", {}})
+          .ok());
+}
+
+// Tool calls in the model's own formats: a call of a named tool, its arguments under its schema.
+TEST(ToolCallsGrammarTest, HermesAndXmlCallsFollowTheTools) {
+  const std::string tools = R"([
+    {"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"unit": {"type": "string", "enum": ["c", "f"]}, "n": {"type": "integer"},
+                     "note": {"type": "string"}}, "required": ["unit"]}}},
+    {"type": "function", "function": {"name": "g"}}])";
+  auto spec = [&](const char* format, bool parallel, const char* only) {
+    return GrammarSpec{GrammarSpec::Kind::kToolCalls,
+                       fmt::format(R"({{"format": "{}", "parallel": {}, "only": {}, "tools": {}}})",
+                                   format, parallel, only, tools),
+                       {}};
+  };
+  const std::string hermes_f =
+      "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"unit\": \"c\", \"n\": 3}}\n</tool_call>";
+  const std::string hermes_g = "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>";
+  EXPECT_TRUE(Accepts(spec("hermes", false, "null"), hermes_f));
+  EXPECT_TRUE(Accepts(spec("hermes", true, "null"), hermes_f + "\n" + hermes_g));
+  EXPECT_FALSE(Accepts(spec("hermes", false, "null"), hermes_f + "\n" + hermes_g));
+  EXPECT_FALSE(Accepts(spec("hermes", false, R"("g")"), hermes_f));
+  EXPECT_FALSE(Accepts(spec("hermes", false, "null"),
+                       "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"n\": 3}}\n</tool_call>"));
+  const std::string xml_f =
+      "<tool_call>\n<function=f>\n<parameter=unit>\nc\n</parameter>\n<parameter=note>\nany "
+      "text, <b> too\n</parameter>\n</function>\n</tool_call>";
+  EXPECT_TRUE(Accepts(spec("qwen3_xml", false, "null"), xml_f));
+  EXPECT_FALSE(Accepts(spec("qwen3_xml", false, "null"),
+                       "<tool_call>\n<function=f>\n<parameter=unit>\nkelvin\n</parameter>\n"
+                       "</function>\n</tool_call>"));
+  EXPECT_TRUE(Accepts(spec("qwen3_xml", false, "null"),
+                      "<tool_call>\n<function=g>\n</function>\n</tool_call>"));
+  EXPECT_FALSE(SpecToGrammar(spec("yaml", false, "null")).ok());
+  EXPECT_FALSE(SpecToGrammar(spec("hermes", false, R"("h")")).ok());
 }
 
 // Integer bounds as digit automata: random ranges (small, huge, one-sided), each numeral near and
