@@ -31,5 +31,17 @@ status=0
 OPENAI_TEST_URL="$url" OPENAI_TEST_API_KEY="$api_key" OPENAI_TEST_MOESERVE="$moeserve" \
   OPENAI_TEST_MODEL="$model" OPENAI_TEST_MAX_MODEL_LEN=256 \
   node --test-reporter=spec "$cache/openai_client_test.mjs" || status=$?
+if [[ $status -ne 0 ]]; then finish "the OpenAI client tests" $status; fi
+if ! stop_server; then
+  echo "FAIL: moeserve serve exited non-zero on SIGTERM" >&2
+  show_log
+  exit 1
+fi
+
+# An agent's loop: the default model with Qwen3.5's template (tool calls and reasoning by auto).
+start_server "$moeserve" "$work/serve_agent.log" --api-key "$api_key" --served-model-name agent \
+  --chat-template "$here/../../testdata/chat-templates/qwen3.5.jinja" --max-model-len 2048 || exit 1
+OPENAI_TEST_URL="$url" OPENAI_TEST_API_KEY="$api_key" OPENAI_TEST_MODEL=agent \
+  node --test-reporter=spec "$cache/openai_agent_test.mjs" || status=$?
 
 finish "the OpenAI client tests" $status
