@@ -45,6 +45,7 @@
 #include "core/log.h"
 #include "io/model_config.h"
 #include "model/model_files.h"
+#include "server/output_parser.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -250,7 +251,12 @@ class Chat {
  public:
   Chat(const Options& o, engine::Engine& engine, const tokenizer::Tokenizer& tok,
        const tokenizer::ChatTemplate& chat_template, engine::SamplingParams params)
-      : o_(o), engine_(engine), tok_(tok), template_(chat_template), params_(std::move(params)) {}
+      : o_(o),
+        engine_(engine),
+        tok_(tok),
+        template_(chat_template),
+        params_(std::move(params)),
+        reasoning_(server::ChooseParsers(chat_template.source()).reasoning) {}
 
   void Reset() { history_.clear(); }
 
@@ -360,8 +366,34 @@ class Chat {
                .stop = std::make_shared<const std::vector<std::string>>(params.stop),
                .include_stop_str_in_output = params.include_stop_str_in_output,
                .min_tokens = params.min_tokens});
+    // A thinking model's reasoning is shown apart (dimmed on a terminal) and kept out of the
+    // history, as the chat templates drop it from earlier turns.
+    std::optional<server::OutputParser> parser;
+    if (reasoning_ != server::ReasoningFormat::kNone) {
+      const size_t tail = std::min<size_t>(prompt.size(), 8);
+      parser.emplace(server::OutputParserOptions{.reasoning = reasoning_,
+                                                 .thinking_enabled = !server::PromptClosesThinking(
+                                                     tok_.Decode(std::span(prompt).last(tail)))});
+    }
+    const bool tty = isatty(STDOUT_FILENO) == 1;
+    bool in_reasoning = false;
+    const auto show = [&](const server::MessageDelta& d) {
+      if (!d.reasoning.empty()) {
+        if (!in_reasoning) std::fputs(tty ? "\x1b[2mthinking: " : "thinking: ", stdout);
+        in_reasoning = true;
+        std::fwrite(d.reasoning.data(), 1, d.reasoning.size(), stdout);
+      }
+      if (!d.content.empty()) {
+        if (in_reasoning) std::fputs(tty ? "\x1b[0m\n" : "\n", stdout);
+        in_reasoning = false;
+        answer.text += d.content;
+        std::fwrite(d.content.data(), 1, d.content.size(), stdout);
+      }
+      std::fflush(stdout);
+    };
     const auto print = [&](const std::string& piece) {
       if (piece.empty()) return;
+      if (parser) return show(parser->Feed(piece));
       answer.text += piece;
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
@@ -386,6 +418,8 @@ class Chat {
       }
     }
     print(detok.Flush());
+    if (parser) show(parser->Finish());
+    if (in_reasoning && tty) std::fputs("\x1b[0m", stdout);
     LogInfo("chat: {} prompt tokens ({} from the prefix cache), {} answer tokens", num_prompt,
             engine_.Find(id)->num_cached_tokens, engine_.Find(id)->output_token_ids.size());
     engine_.Release(id);
@@ -401,7 +435,8 @@ class Chat {
   const tokenizer::Tokenizer& tok_;
   const tokenizer::ChatTemplate& template_;
   const engine::SamplingParams params_;
-  std::vector<Message> history_;  // user, assistant, user, ... (no system message)
+  const server::ReasoningFormat reasoning_;  // the chat template's (auto), or none
+  std::vector<Message> history_;             // user, assistant, user, ... (no system message)
 };
 
 int Run(const Options& o, const FlagSet& flags) {
@@ -418,8 +453,8 @@ int Run(const Options& o, const FlagSet& flags) {
   Result<ModelTokenizer> text = LoadModelTokenizerAndTemplate(*dir, o.chat_template);
   if (!text.ok()) return RuntimeError(kCommand, text.status());
   Result<std::unique_ptr<tokenizer::Tokenizer>> tok = std::move(text->tokenizer);
-  Result<tokenizer::ChatTemplate> chat_template = RequiredChatTemplate(
-      *dir, std::move(text->chat_template));
+  Result<tokenizer::ChatTemplate> chat_template =
+      RequiredChatTemplate(*dir, std::move(text->chat_template));
   if (!chat_template.ok()) {
     // A bad --chat-template is the user's flag; a folder without a template is the model's.
     return o.chat_template.empty() ? RuntimeError(kCommand, chat_template.status())

@@ -147,6 +147,17 @@ TEST_F(ChatTest, TwoTurnsCarryTheFirstAnswerInTheHistory) {
   EXPECT_NE(r.out, Expected({"first message", "/reset", "second"}, ""));
 }
 
+// With a thinking template (Qwen3.5's), the answer's thinking is shown apart, after
+// "thinking: "; an answer that never closes it is all thinking.
+TEST_F(ChatTest, ThinkingIsShownApart) {
+  const std::string tmpl =
+      fs::path(MOESERVE_SOURCE_DIR) / "testdata" / "chat-templates" / "qwen3.5.jinja";
+  const CommandResult r = Chat(
+      fmt::format("--temperature 0 --max-tokens 6 --chat-template {}", tmpl), "hello\n/exit\n");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("thinking: ", 0), 0u) << r.out;
+}
+
 TEST_F(ChatTest, ResetClearsTheHistoryAndEofExitsZero) {
   const CommandResult r = Chat(kGreedy, "first message\n/reset\nsecond\n");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -441,9 +452,11 @@ TEST(ChatPrefixCacheTest, EachTurnResumesFromThePreviousOne) {
                  "Tell me a story about a cat.\nAnd then what happened next?\n"
                  "Why did the cat do that?\nThanks, tell me more.\n");
   const e2e::CommandResult r = e2e::RunMoeserve(
-      fmt::format("chat --max-tokens 60 --temperature 0 <{}", (dir / "stdin.txt").string()), dir / "stderr.txt");
+      fmt::format("chat --max-tokens 60 --temperature 0 <{}", (dir / "stdin.txt").string()),
+      dir / "stderr.txt");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::regex turn_line(R"((\d+) prompt tokens \((\d+) from the prefix cache\), (\d+) answer)");
+  const std::regex turn_line(
+      R"((\d+) prompt tokens \((\d+) from the prefix cache\), (\d+) answer)");
   std::vector<std::array<int64_t, 3>> turns;
   for (std::sregex_iterator it(r.err.begin(), r.err.end(), turn_line), end; it != end; ++it) {
     turns.push_back({std::stoll((*it)[1]), std::stoll((*it)[2]), std::stoll((*it)[3])});
