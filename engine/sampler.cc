@@ -422,6 +422,15 @@ const float* RequestSampler::GrammarMasked(const float* logits) {
   return grammar_logits_.data();
 }
 
+bool RequestSampler::GrammarComplete() {
+  if (!matcher_->CanEnd()) return false;
+  if (matcher_->IsFinished() || matcher_->overflowed()) return true;
+  matcher_->FillNextTokenBitmask(grammar_mask_);
+  const structured::Vocabulary& v = prepared_->grammar->vocabulary();
+  for (int32_t id : v.eos_ids()) grammar_mask_[id >> 5] &= ~(1u << (id & 31));
+  return std::all_of(grammar_mask_.begin(), grammar_mask_.end(), [](uint32_t w) { return w == 0; });
+}
+
 void RequestSampler::Sample(const float* logits, std::span<const int32_t> outputs, float* scratch,
                             SampledToken* result) {
   // The grammar first, as vLLM applies its bitmask to the logits before the sampler: every later
@@ -467,6 +476,10 @@ void RequestSampler::Accept(int32_t token) {
   if (matcher_.has_value()) {
     if (grammar_active_) {
       matcher_->AcceptToken(token);
+      if (prepared_->params.structured_outputs_rearm && GrammarComplete()) {
+        matcher_.emplace(prepared_->grammar);  // asleep until the token comes again
+        grammar_active_ = false;
+      }
     } else if (token == prepared_->params.structured_outputs_after_token) {
       grammar_active_ = true;  // the answer starts after this token
     }

@@ -148,6 +148,8 @@ class RequestSampler {
   // Structured output: logits [vocab] with every token the grammar refuses at -inf, into
   // grammar_logits_ (the grammar ended or gave up: EOS alone).
   const float* GrammarMasked(const float* logits);
+  // The grammar can end and nothing else can follow.
+  bool GrammarComplete();
   bool GrammarAllows(int32_t token) const {
     return (grammar_mask_[token >> 5] >> (token & 31)) & 1u;
   }

@@ -1243,6 +1243,49 @@ TEST(SamplerGrammarTest, TheGrammarWakesAfterItsToken) {
   EXPECT_EQ(sampler.matcher()->num_tokens(), 0);  // neither token went to the grammar
 }
 
+// With structured_outputs_rearm the grammar sleeps again once complete, and wakes at the next
+// trigger with a fresh matcher: (ab|c)+d sentences among free text, each after a "da".
+TEST(SamplerGrammarTest, ARearmedGrammarSleepsWhenCompleteAndWakesAgain) {
+  const GrammarFixture f;
+  SamplingParams p;
+  p.temperature = 1.0;
+  p.structured_outputs_after_token = 8;
+  p.structured_outputs_rearm = true;
+  const auto prepared = f.Prepare(p);
+  std::mt19937_64 rng(3);
+  std::vector<float> scratch(2 * f.vocab());
+  const std::regex sentence("(ab|c)+d");
+  int sentences = 0, free_x = 0;
+  for (int run = 0; run < 50; ++run) {
+    RequestSampler sampler(prepared, {}, f.vocab(), rng());
+    std::string text;
+    bool inside = false;
+    SampledToken t;
+    for (int step = 0; step < 60; ++step) {
+      std::vector<float> logits = RandomLogits(f.vocab(), 2.0, rng);
+      logits[8] += 2;  // wake often
+      logits[GrammarFixture::kEos] = -1e9;
+      sampler.Sample(logits.data(), {}, scratch.data(), &t);
+      sampler.Accept(t.token);
+      if (inside) {
+        ASSERT_NE(t.token, 7) << "x inside a sentence";
+        text += f.bytes[t.token];
+        if (std::regex_match(text, sentence)) {  // nothing can follow a sentence's d
+          ++sentences;
+          inside = false;  // complete: asleep again
+          text.clear();
+        }
+      } else if (t.token == 8) {
+        inside = true;
+      } else {
+        free_x += t.token == 7;  // refused inside, free outside
+      }
+    }
+  }
+  EXPECT_GT(sentences, 20);
+  EXPECT_GT(free_x, 20);
+}
+
 TEST(SamplerGrammarTest, ARequestAskingForAGrammarNeedsOne) {
   SamplingParams p;
   p.structured_outputs = structured::GrammarSpec{structured::GrammarSpec::Kind::kRegex, "a", {}};

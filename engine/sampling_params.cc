@@ -137,6 +137,9 @@ Status SamplingParams::Validate(int64_t vocab_size) const {
     return InvalidArgument("structured_outputs_after_token {} is outside the vocabulary of {}",
                            structured_outputs_after_token, vocab_size);
   }
+  if (structured_outputs_rearm && structured_outputs_after_token < 0) {
+    return InvalidArgument("structured_outputs_rearm needs structured_outputs_after_token");
+  }
   for (const std::vector<int32_t>& seq : bad_words_token_ids) {
     if (const int32_t* bad = FindOutOfVocab(seq, vocab_size)) {
       return InvalidArgument("bad_words tokenize to token id {}, outside the vocabulary of {}",

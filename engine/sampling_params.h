@@ -50,6 +50,9 @@ struct SamplingParams {
   // The grammar applies only after this token (a reasoning model's </think>: the thinking is
   // free, the answer constrained); -1: from the first token. Set by the server, not a JSON key.
   int32_t structured_outputs_after_token = -1;
+  // Once the grammar is complete (nothing but the end can follow), it sleeps until that token
+  // comes again: tool calls among free text (tool_choice auto with strict tools).
+  bool structured_outputs_rearm = false;
 
   // Filled by ResolveBadWords: each bad word's token sequences (with and without a leading
   // space); a sequence's last token is banned when the output ends with the rest of it.

@@ -96,6 +96,20 @@ std::optional<OutputParserOptions> GenerationJob::ParserOptions() const {
   return o;
 }
 
+namespace {
+
+// Some tool of the request's `tools` (JSON text, checked) is marked "strict": true.
+bool HasStrictTool(const std::string& tools_json) {
+  const json tools = json::parse(tools_json, nullptr, false);
+  if (!tools.is_array()) return false;
+  return std::any_of(tools.begin(), tools.end(), [](const json& t) {
+    return t.is_object() && t.contains("function") && t["function"].is_object() &&
+           t["function"].value("strict", json(false)) == true;
+  });
+}
+
+}  // namespace
+
 Status GenerationJob::ConstrainToolCalls(const std::optional<OutputParserOptions>& parsing) {
   if (!chat()) return OkStatus();
   using ToolChoice = GenerationRequest::ToolChoice;
@@ -121,6 +135,22 @@ Status GenerationJob::ConstrainToolCalls(const std::optional<OutputParserOptions
         request.tools_json);
     p.structured_outputs =
         structured::GrammarSpec{structured::GrammarSpec::Kind::kToolCalls, spec, {}};
+  } else if (request.tool_choice == ToolChoice::kAuto && request.tools != nullptr &&
+             tool_call_format != ToolCallFormat::kNone && !p.structured_outputs.has_value() &&
+             HasStrictTool(request.tools_json)) {
+    // auto with "strict" tools: free text, but a call the model opens is held to its tool's
+    // schema -- the grammar of one call wakes at the model's <tool_call> token and sleeps again
+    // when the call is closed (llama.cpp's lazy grammar). Without such a token: not enforced.
+    if (std::optional<int32_t> open = tok->TokenToId("<tool_call>")) {
+      p.structured_outputs = structured::GrammarSpec{
+          structured::GrammarSpec::Kind::kToolCalls,
+          fmt::format(R"({{"format": "{}", "opened": true, "tools": {}}})",
+                      ToolCallFormatName(tool_call_format), request.tools_json),
+          {}};
+      p.structured_outputs_after_token = *open;
+      p.structured_outputs_rearm = true;
+      return OkStatus();
+    }
   }
   // A thinking model thinks freely; the grammar holds from its </think> on (vLLM starts
   // enforcing where its reasoning parser sees the reasoning end).

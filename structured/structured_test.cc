@@ -294,6 +294,29 @@ TEST(ToolCallsGrammarTest, HermesAndXmlCallsFollowTheTools) {
                        "</function>\n</tool_call>"));
   EXPECT_TRUE(Accepts(spec("qwen3_xml", false, "null"),
                       "<tool_call>\n<function=g>\n</function>\n</tool_call>"));
+  // Opened by the model's <tool_call> (tool_choice auto): one call without the tag; a "strict"
+  // tool's arguments follow its schema, another's are any object.
+  const std::string strict_tools = R"([
+    {"type": "function", "function": {"name": "s", "strict": true, "parameters": {"type": "object",
+      "properties": {"n": {"type": "integer"}}, "required": ["n"]}}},
+    {"type": "function", "function": {"name": "g"}}])";
+  const GrammarSpec opened{GrammarSpec::Kind::kToolCalls,
+                           R"({"format": "hermes", "opened": true, "tools": )" + strict_tools + "}",
+                           {}};
+  EXPECT_TRUE(Accepts(opened, "\n{\"name\": \"s\", \"arguments\": {\"n\": 2}}\n</tool_call>"));
+  EXPECT_FALSE(Accepts(opened, "\n{\"name\": \"s\", \"arguments\": {\"m\": 2}}\n</tool_call>"));
+  EXPECT_TRUE(Accepts(opened, "\n{\"name\": \"g\", \"arguments\": {\"m\": [2]}}\n</tool_call>"));
+  EXPECT_FALSE(Accepts(opened, "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>"));
+  const GrammarSpec opened_xml{
+      GrammarSpec::Kind::kToolCalls,
+      R"({"format": "qwen3_xml", "opened": true, "tools": )" + strict_tools + "}",
+      {}};
+  EXPECT_TRUE(Accepts(opened_xml,
+                      "\n<function=g>\n<parameter=any>\nx\n</parameter>\n"
+                      "</function>\n</tool_call>"));
+  EXPECT_FALSE(Accepts(opened_xml,
+                       "\n<function=s>\n<parameter=n>\nx\n</parameter>\n"
+                       "</function>\n</tool_call>"));
   EXPECT_FALSE(SpecToGrammar(spec("yaml", false, "null")).ok());
   EXPECT_FALSE(SpecToGrammar(spec("hermes", false, R"("h")")).ok());
 }

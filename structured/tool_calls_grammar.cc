@@ -74,16 +74,32 @@ Result<Expr> XmlValue(Grammar& g, const Json& schema, const std::string& where,
   return SchemaRule(g, schema, where, limits);
 }
 
-Result<Expr> HermesCall(Grammar& g, const std::string& name, const Json& parameters,
-                        const std::string& where, const Limits& limits) {
-  ASSIGN_OR_RETURN(Expr arguments, SchemaRule(g, parameters, where, limits));
-  return Seq({Lit("<tool_call>\n{\"name\": " + Json(name).dump() + ", \"arguments\": "),
+// How a call starts: with its `<tool_call>`, or (opened) after it.
+std::string Open(bool opened) { return opened ? "\n" : "<tool_call>\n"; }
+
+Result<Expr> HermesCall(Grammar& g, const std::string& name, const Json& parameters, bool free,
+                        bool opened, const std::string& where, const Limits& limits) {
+  const Json any_object = {{"type", "object"}, {"additionalProperties", true}};
+  ASSIGN_OR_RETURN(Expr arguments, SchemaRule(g, free ? any_object : parameters, where, limits));
+  return Seq({Lit(Open(opened) + "{\"name\": " + Json(name).dump() + ", \"arguments\": "),
               std::move(arguments), Lit("}\n</tool_call>")});
 }
 
-Result<Expr> XmlCall(Grammar& g, const std::string& name, const Json& parameters,
-                     const std::string& where, const Limits& limits) {
-  std::vector<Expr> parts = {Lit("<tool_call>\n<function=" + name + ">\n")};
+// Any parameters: <parameter=NAME>\nTEXT\n</parameter>\n, as many as written.
+Expr AnyXmlParameters() {
+  const std::vector<CodeRange> name = ComplementRanges({{'\n', '\n'}, {'<', '<'}, {'>', '>'}});
+  return Star(
+      Seq({Lit("<parameter="), Plus(Chars(name)), Lit(">\n"), XmlText(), Lit("\n</parameter>\n")}));
+}
+
+Result<Expr> XmlCall(Grammar& g, const std::string& name, const Json& parameters, bool free,
+                     bool opened, const std::string& where, const Limits& limits) {
+  std::vector<Expr> parts = {Lit(Open(opened) + "<function=" + name + ">\n")};
+  if (free) {
+    parts.push_back(AnyXmlParameters());
+    parts.push_back(Lit("</function>\n</tool_call>"));
+    return Seq(std::move(parts));
+  }
   const Json none = Json::object();
   const Json& properties =
       parameters.is_object() && parameters.contains("properties") ? parameters["properties"] : none;
@@ -119,7 +135,8 @@ Result<Grammar> ToolCallsGrammar(std::string_view spec_json, const Limits& limit
   if (format != "hermes" && format != "qwen3_xml") {
     return InvalidArgument("tool calls: format \"{}\" has no grammar", format);
   }
-  const bool parallel = spec.value("parallel", true);
+  const bool opened = spec.value("opened", false);
+  const bool parallel = spec.value("parallel", true) && !opened;
   const std::string only = spec.contains("only") && spec["only"].is_string()
                                ? spec["only"].get<std::string>()
                                : std::string();
@@ -143,9 +160,12 @@ Result<Grammar> ToolCallsGrammar(std::string_view spec_json, const Limits& limit
     const Json parameters = function.contains("parameters") && !function["parameters"].is_null()
                                 ? function["parameters"]
                                 : Json{{"type", "object"}};
-    ASSIGN_OR_RETURN(Expr call, format == "hermes"
-                                    ? HermesCall(g, name, parameters, where + ".parameters", limits)
-                                    : XmlCall(g, name, parameters, where + ".parameters", limits));
+    // Opened by the model (tool_choice auto), only "strict" tools have their schema enforced.
+    const bool free = opened && !(function.contains("strict") && function["strict"] == true);
+    ASSIGN_OR_RETURN(Expr call, format == "hermes" ? HermesCall(g, name, parameters, free, opened,
+                                                                where + ".parameters", limits)
+                                                   : XmlCall(g, name, parameters, free, opened,
+                                                             where + ".parameters", limits));
     calls.push_back(std::move(call));
   }
   if (calls.empty()) return InvalidArgument("tool calls: no tool named \"{}\"", only);

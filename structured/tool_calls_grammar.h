@@ -13,6 +13,10 @@
 //   not enforced: the text has no quotes to put them inside); of any other type: JSON under the
 //   parameter's schema.
 // One call, or with "parallel" one or more separated by "\n"; "only": that tool alone.
+// "opened": true -- the grammar of one call after its `<tool_call>` (tool_choice auto with
+// "strict" tools: the grammar wakes when the model writes that token); a tool with "strict": true
+// has its arguments under its schema, the others any JSON object (hermes) or any parameters
+// (XML).
 #pragma once
 
 #include <string_view>

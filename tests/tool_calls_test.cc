@@ -54,10 +54,23 @@ class ToolCallsTest : public ::testing::Test {
                                      *dir_ / "hermes.log");
     ASSERT_TRUE(xml_->ok()) << xml_->log();
     ASSERT_TRUE(hermes_->ok()) << hermes_->log();
+    // A small random model with the real Qwen3 tokenizer and template: <tool_call> and </think>
+    // are single tokens there, the triggers of lazy grammars.
+    const e2e::CommandResult made = e2e::RunMoeserve(
+        fmt::format("make-model --preset qwen3-30b-a3b --num-layers 1 --hidden-size 64 "
+                    "--num-experts 4 --experts-per-token 2 --moe-intermediate-size 64 "
+                    "--num-heads 2 --num-kv-heads 1 --head-dim 32 --out {}",
+                    (*dir_ / "qwen3").string()),
+        *dir_ / "make_model.err");
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+    qwen3_ = new e2e::ServerProcess(
+        {"--model", (*dir_ / "qwen3").string(), "--max-model-len", "2048"}, *dir_ / "qwen3.log");
+    ASSERT_TRUE(qwen3_->ok()) << qwen3_->log();
   }
   static void TearDownTestSuite() {
     delete xml_;
     delete hermes_;
+    delete qwen3_;
     fs::remove_all(*dir_);
     delete dir_;
   }
@@ -147,11 +160,17 @@ class ToolCallsTest : public ::testing::Test {
   static fs::path* dir_;
   static e2e::ServerProcess* xml_;
   static e2e::ServerProcess* hermes_;
+  static e2e::ServerProcess* qwen3_;
 };
 
 fs::path* ToolCallsTest::dir_ = nullptr;
 e2e::ServerProcess* ToolCallsTest::xml_ = nullptr;
 e2e::ServerProcess* ToolCallsTest::hermes_ = nullptr;
+e2e::ServerProcess* ToolCallsTest::qwen3_ = nullptr;
+
+// Qwen3's ids of <tool_call> and </think>.
+constexpr int kToolCallToken = 151657;
+constexpr int kThinkEndToken = 151668;
 
 TEST_F(ToolCallsTest, RequiredAndNamedCallsValidateStreamedOrNot) {
   for (const e2e::ServerProcess* s : {xml_, hermes_}) {
@@ -235,6 +254,44 @@ TEST_F(ToolCallsTest, ToolLoopHistoryIsAccepted) {
   const auto [bad, bad_text] = Post(*xml_, body);
   EXPECT_EQ(bad, 400) << bad_text;
   EXPECT_NE(bad_text.find("arguments"), std::string::npos) << bad_text;
+}
+
+// tool_choice auto with a "strict" tool: text is free, but each call the model opens (pushed
+// here by a logit bias on <tool_call>) is held to the tool's schema until it closes; then text is
+// free again and the next <tool_call> wakes the grammar anew.
+TEST_F(ToolCallsTest, StrictToolsHoldEachCallTheModelOpens) {
+  ordered_json tools = kTools;
+  for (ordered_json& t : tools) t["function"]["strict"] = true;
+  for (int seed = 0; seed < 3; ++seed) {
+    ordered_json body = Request("auto", seed);
+    body["tools"] = tools;
+    body["max_tokens"] = 160;
+    body["logit_bias"] = {{std::to_string(kToolCallToken), 30}};
+    const auto [status, text] = Post(*qwen3_, body);
+    ASSERT_EQ(status, 200) << text;
+    const json choice = json::parse(text)["choices"][0];
+    json message = choice["message"];
+    ASSERT_GE(message["tool_calls"].size(), 1u) << message;
+    // max_tokens may cut the last call; every call before it was closed under the grammar.
+    const bool last_complete =
+        json::accept(message["tool_calls"].back()["function"]["arguments"].get<std::string>());
+    if (!last_complete) message["tool_calls"].erase(message["tool_calls"].size() - 1);
+    if (!message["tool_calls"].empty()) ExpectValidCalls(message);
+  }
+}
+
+// Thinking on: the reasoning is free and the required call's grammar starts at </think> (pushed
+// by a logit bias), so the answer has reasoning and a valid call.
+TEST_F(ToolCallsTest, RequiredCallsWaitForTheEndOfThinking) {
+  ordered_json body = Request("required", 5, /*thinking=*/true);
+  body["parallel_tool_calls"] = false;
+  body["max_tokens"] = 160;
+  body["logit_bias"] = {{std::to_string(kThinkEndToken), 8}};
+  const auto [status, text] = Post(*qwen3_, body);
+  ASSERT_EQ(status, 200) << text;
+  const json choice = json::parse(text)["choices"][0];
+  ASSERT_EQ(choice["finish_reason"], "tool_calls") << choice;
+  ExpectValidCalls(choice["message"]);
 }
 
 TEST_F(ToolCallsTest, BadToolRequestsAre400) {
