@@ -281,7 +281,13 @@ struct HttpServer::Impl final : HttpRouter {
     if (path == "/v1/completions" && post)
       return HandleGeneration(req, Endpoint::kCompletions, wake);
     if (path == "/v1/chat/completions" && post) return HandleGeneration(req, Endpoint::kChat, wake);
-    if (path == "/tokenize" && post) return {HandleTokenizer(req, TokenizeResponse), nullptr};
+    if (path == "/tokenize" && post) {
+      return {HandleTokenizer(req,
+                              [&req](const RequestContext& ctx, const json& body) {
+                                return TokenizeResponse(ctx, body, req.body);
+                              }),
+              nullptr};
+    }
     if (path == "/detokenize" && post) return {HandleTokenizer(req, DetokenizeResponse), nullptr};
     if (path == "/v1/models" && get) return {Models(), nullptr};
     if (path == "/health" && get) {
@@ -392,8 +398,8 @@ struct HttpServer::Impl final : HttpRouter {
   }
 
   // /tokenize and /detokenize (tokenize_api.h).
-  HttpResponse HandleTokenizer(const HttpRequest& req,
-                               Result<ordered_json> (*answer)(const RequestContext&, const json&)) {
+  template <class Answer>  // Result<ordered_json>(const RequestContext&, const json&)
+  HttpResponse HandleTokenizer(const HttpRequest& req, Answer answer) {
     Result<json> body = ParseRequestBody(req.body);
     if (!body.ok()) return ErrorResponse({400, body.status().message(), ""});
     Result<ordered_json> out = answer(Context(), *body);

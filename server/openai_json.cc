@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 
+#include "core/check.h"
 #include "core/json.h"
 #include "engine/sampling_json.h"
 
@@ -201,9 +202,8 @@ Status ReadChatKey(const std::string& key, const json& value, GenerationRequest*
                    std::string* reasoning_effort, bool* handled) {
   *handled = true;
   if (key == "messages") {
-    ASSIGN_OR_RETURN(const json messages, NormalizeChatMessages(value));
-    if (messages.empty()) return InvalidArgument("\"messages\" is empty");
-    r->messages_json = messages.dump();
+    if (value.is_array() && value.empty()) return InvalidArgument("\"messages\" is empty");
+    ASSIGN_OR_RETURN(r->messages_json, ChatMessagesJson(value));
   } else if (key == "tools") {
     if (!value.is_null() && !value.is_array()) {
       return InvalidArgument("\"tools\" must be a list of tools");
@@ -241,9 +241,19 @@ Status ReadChatKey(const std::string& key, const json& value, GenerationRequest*
 
 }  // namespace
 
-// An earlier assistant turn as the template reads it: each call's arguments an object, and the
-// reasoning under both of its names.
-Status NormalizeAssistantTurn(size_t index, json& message) {
+namespace {
+
+// Call arguments given as JSON text reach the template verbatim, keys in the client's order
+// (a parsed nlohmann::json would sort them): while the messages are normalized each is a marker
+// string, spliced back as text into the dumped messages.
+struct VerbatimArguments {
+  std::string marker;  // a per-request prefix no client text can guess
+  std::vector<std::string> texts;
+};
+
+// An earlier assistant turn as the template reads it: each call's arguments an object (checked
+// JSON text, kept verbatim), and the reasoning under both of its names.
+Status NormalizeAssistantTurn(size_t index, json& message, VerbatimArguments* verbatim) {
   const auto reasoning = message.find("reasoning");
   if (reasoning != message.end() && reasoning->is_string() &&
       !message.contains("reasoning_content")) {
@@ -262,18 +272,29 @@ Status NormalizeAssistantTurn(size_t index, json& message) {
     }
     json& arguments = call["function"]["arguments"];
     if (!arguments.is_string()) continue;
-    Result<json> parsed = ParseJson(arguments.get_ref<const std::string&>(), "");
+    const std::string& text = arguments.get_ref<const std::string&>();
+    Result<json> parsed = ParseJson(text, "");
     if (!parsed.ok()) {
       return InvalidArgument("\"messages\"[{}].tool_calls[{}].function.arguments: {}", index, j,
                              parsed.status().message());
     }
-    arguments = std::move(*parsed);
+    if (!parsed->is_object()) {
+      return InvalidArgument("\"messages\"[{}].tool_calls[{}].function.arguments: not an object",
+                             index, j);
+    }
+    std::string marker = verbatim->marker + std::to_string(verbatim->texts.size());
+    verbatim->texts.push_back(text);
+    arguments = std::move(marker);
   }
   return OkStatus();
 }
 
-Result<json> NormalizeChatMessages(const json& messages) {
+}  // namespace
+
+Result<std::string> ChatMessagesJson(const json& messages) {
   if (!messages.is_array()) return InvalidArgument("\"messages\" must be a list of messages");
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  VerbatimArguments verbatim{fmt::format("\x01arguments {:016x}{:016x} ", rng(), rng()), {}};
   json out = json::array();
   for (const json& m : messages) {
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
@@ -300,10 +321,26 @@ Result<json> NormalizeChatMessages(const json& messages) {
           "\"messages\": a message's \"content\" must be a string or a list of content parts");
     }
     if (message["role"] == "assistant")
-      RETURN_IF_ERROR(NormalizeAssistantTurn(out.size(), message));
+      RETURN_IF_ERROR(NormalizeAssistantTurn(out.size(), message, &verbatim));
     out.push_back(std::move(message));
   }
-  return out;
+  std::string text = out.dump();
+  if (verbatim.texts.empty()) return text;
+  // One pass: the markers come in order, each as a JSON string "<marker><k>".
+  const std::string quoted = json(verbatim.marker).dump();
+  const std::string_view open(quoted.data(), quoted.size() - 1);  // without the closing quote
+  std::string spliced;
+  size_t at = 0;
+  for (const std::string& arguments : verbatim.texts) {
+    const size_t found = text.find(open, at);
+    CHECK(found != std::string::npos) << "a call's arguments marker went missing";
+    const size_t end = text.find('"', found + open.size());
+    spliced.append(text, at, found - at);
+    spliced += arguments;
+    at = end + 1;
+  }
+  spliced.append(text, at, std::string::npos);
+  return spliced;
 }
 
 Result<GenerationRequest> ParseGenerationRequest(const json& body, Endpoint endpoint,

@@ -67,7 +67,9 @@ struct GenerationRequest {
 // text only. An assistant message's tool_calls have their "arguments" JSON text parsed into an
 // object (templates iterate it with |items; not JSON is an InvalidArgument naming the call), and
 // its "reasoning" is also given as "reasoning_content" (the name Qwen's templates read).
-Result<json> NormalizeChatMessages(const json& messages);
+// Returns the messages as the template's JSON text; arguments given as text are kept verbatim (keys
+// in the client's order).
+Result<std::string> ChatMessagesJson(const json& messages);
 
 // Reads a request body (an object). Errors are InvalidArgument naming the field first, so that
 // ToApiError finds the parameter.

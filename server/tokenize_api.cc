@@ -21,7 +21,8 @@ std::string Quoted(const json& value) {
 
 }  // namespace
 
-Result<ordered_json> TokenizeResponse(const RequestContext& ctx, const json& b) {
+Result<ordered_json> TokenizeResponse(const RequestContext& ctx, const json& b,
+                                      std::string_view body_text) {
   if (!b.is_object()) return InvalidArgument("the request body must be a JSON object");
   if (const auto model = b.find("model"); model != b.end() && !model->is_null()) {
     if (!model->is_string()) return InvalidArgument("\"model\" must be a string");
@@ -42,11 +43,10 @@ Result<ordered_json> TokenizeResponse(const RequestContext& ctx, const json& b) 
   }
   std::string text;
   if (chat) {
-    ASSIGN_OR_RETURN(const json messages, NormalizeChatMessages(b["messages"]));
-    const auto tools = b.find("tools");
-    ASSIGN_OR_RETURN(text,
-                     RenderChat(ctx, {messages.dump(), tools != b.end() ? tools->dump() : "null",
-                                      add_generation_prompt, "{}"}));
+    ASSIGN_OR_RETURN(const GenerationRequest r,
+                     ParseGenerationRequest(b, Endpoint::kChat, ctx.default_params, body_text));
+    ASSIGN_OR_RETURN(text, RenderChat(ctx, {r.messages_json, r.tools_json, add_generation_prompt,
+                                            r.chat_template_kwargs_json}));
     RETURN_IF_ERROR(CheckTextLength(ctx, text, "messages"));
   } else {
     const auto prompt = b.find("prompt");

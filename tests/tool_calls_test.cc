@@ -294,6 +294,57 @@ TEST_F(ToolCallsTest, RequiredCallsWaitForTheEndOfThinking) {
   ExpectValidCalls(choice["message"]);
 }
 
+// The conversation an agent sends (an assistant turn with reasoning and a call whose arguments are
+// JSON text, the tool's result, the next question) is the prompt Jinja2 renders from the form
+// vLLM hands the template (arguments as an object, reasoning as reasoning_content): the server's
+// /tokenize of the chat against Python's Jinja2 (tests/render_chat_jinja2.py) of Qwen3.5's
+// template, thinking on and off.
+TEST_F(ToolCallsTest, AToolLoopRendersAsJinja2RendersIt) {
+  const ordered_json sent = ordered_json::parse(R"([
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Weather for three days?"},
+    {"role": "assistant", "content": "", "reasoning": "The user wants the weather.",
+     "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather",
+                     "arguments": "{\"unit\": \"celsius\", \"days\": 3}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    {"role": "assistant", "content": "Sunny for three days."},
+    {"role": "user", "content": "And tomorrow?"}])");
+  ordered_json expected_messages = sent;
+  expected_messages[2]["reasoning_content"] = "The user wants the weather.";
+  // In the client's key order, as vLLM's json.loads keeps it.
+  expected_messages[2]["tool_calls"][0]["function"]["arguments"] = {{"unit", "celsius"},
+                                                                    {"days", 3}};
+  for (const bool thinking : {true, false}) {
+    SCOPED_TRACE(thinking ? "thinking" : "no thinking");
+    const ordered_json extra = {{"enable_thinking", thinking}};
+    const fs::path input = *dir_ / "render.json";
+    e2e::WriteFile(input, ordered_json{{"messages", expected_messages},
+                                       {"tools", kTools},
+                                       {"add_generation_prompt", true},
+                                       {"extra", extra}}
+                              .dump());
+    const e2e::CommandResult rendered = e2e::RunShell(
+        fmt::format("python3 {} {} {}", (kSource / "tests" / "render_chat_jinja2.py").string(),
+                    (kSource / "testdata" / "chat-templates" / "qwen3.5.jinja").string(),
+                    input.string()),
+        *dir_ / "render.err");
+    ASSERT_EQ(rendered.exit_code, 0) << e2e::ReadFile(*dir_ / "render.err");
+    httplib::Client c("127.0.0.1", xml_->port());
+    const auto ours = c.Post(
+        "/tokenize",
+        ordered_json{{"messages", sent}, {"tools", kTools}, {"chat_template_kwargs", extra}}.dump(),
+        "application/json");
+    const auto reference = c.Post(
+        "/tokenize", ordered_json{{"prompt", rendered.out}, {"add_special_tokens", false}}.dump(),
+        "application/json");
+    ASSERT_TRUE(ours && reference);
+    ASSERT_EQ(ours->status, 200) << ours->body;
+    ASSERT_EQ(reference->status, 200) << reference->body;
+    EXPECT_EQ(json::parse(ours->body)["tokens"], json::parse(reference->body)["tokens"])
+        << rendered.out;
+  }
+}
+
 TEST_F(ToolCallsTest, BadToolRequestsAre400) {
   const std::vector<std::pair<ordered_json, std::string>> cases = {
       {{{"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}}, "nope"},
