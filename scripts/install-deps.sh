@@ -24,6 +24,7 @@ test_packages=(
   python3-matplotlib libopenblas0-pthread #   loss plot; fast f32 BLAS for torch
   bible-kjv                               #   the training corpus (KJV; `bible` dumps it)
   python3-jsonschema                      # structured/: outputs checked by an independent validator
+  python3-jinja2                          # tool loops rendered as Hugging Face renders templates
 )
 fuzz_packages=(
   clang-14 libclang-rt-14-dev             # libFuzzer targets (the fuzz preset; not in CI)
