@@ -177,6 +177,23 @@ TEST_F(StructuredOutputTest, SpeculationChangesNoOutput) {
   Validate(lines, speculative);
 }
 
+// Rows are independent: a plain request gives the same tokens alone and batched with
+// constrained neighbours (greedy and seeded sampling alike).
+TEST_F(StructuredOutputTest, AConstrainedNeighbourChangesNoOtherOutput) {
+  const std::vector<json> plain = {
+      {{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0}},
+      {{"prompt", "The king said"}, {"max_tokens", 40}, {"temperature", 1.0}, {"seed", 7}}};
+  std::vector<json> mixed = plain;
+  std::vector<json> constrained = Lines(4);
+  constrained.resize(6);
+  mixed.insert(mixed.end(), constrained.begin(), constrained.end());
+  const json alone = Generate("", plain);
+  const json batched = Generate("", mixed, "--max-num-seqs 8");
+  ASSERT_EQ(alone.size(), 2u);
+  ASSERT_EQ(batched.size(), mixed.size());
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(alone[i]["token_ids"], batched[i]["token_ids"]) << i;
+}
+
 TEST_F(StructuredOutputTest, FlagsAndBadSpecsAreClearErrors) {
   const fs::path schema = *dir_ / "schema.json";
   e2e::WriteFile(schema, R"({"type": "object", "properties": {"ok": {"type": "boolean"}},
