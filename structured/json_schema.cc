@@ -241,8 +241,9 @@ class SchemaCompiler {
       g_.bodies[number_] =
           Seq({Opt(Lit("-")), Alt({Lit("0"), Seq({DigitRange(1, 9), Star(DigitRange(0, 9))})}),
                Opt(Seq({Lit("."), digits})),
+               // An exponent of at most two digits: every number is a finite double.
                Opt(Seq({Chars({{'E', 'E'}, {'e', 'e'}}), Opt(Chars({{'+', '+'}, {'-', '-'}})),
-                        digits}))});
+                        DigitRange(0, 9), Opt(DigitRange(0, 9))}))});
     }
     return number_;
   }

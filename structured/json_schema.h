@@ -18,6 +18,7 @@
 //   deprecated, readOnly, writeOnly. Any other keyword is an error naming it (never ignored).
 //
 // Layout: compact, an optional single space after ',' and ':' (bounded: a model cannot pad).
+// Numbers: an exponent has at most two digits, so every number parses to a finite double.
 // Strings: any character except '"', '\' and controls, or an escape (\uXXXX without surrogates).
 // Limits: text size, nesting (max_nesting), $ref chains (max_ref_depth), rules, enum size, and
 // the automaton's.

@@ -13,7 +13,92 @@ using internal::WalkTrie;
 CompiledGrammar::CompiledGrammar(Automaton automaton, std::shared_ptr<const Vocabulary> vocabulary)
     : automaton_(std::move(automaton)),
       vocabulary_(std::move(vocabulary)),
-      cache_(automaton_.states.size()) {}
+      text_step_(new std::atomic<int32_t>[automaton_.states.size()]),
+      cache_(automaton_.states.size()) {
+  for (size_t s = 0; s < automaton_.states.size(); ++s) text_step_[s] = kTextUnknown;
+}
+
+int32_t CompiledGrammar::TextStep(int32_t state) const {
+  int32_t known = text_step_[state].load(std::memory_order_relaxed);
+  if (known != kTextUnknown) return known;
+  // The product of the UTF-8 automaton of one text character with the grammar's, from `state`:
+  // every path must stay alive, through states that only read bytes, and end in one state.
+  enum Utf8 : int8_t { kStart, kNeed1, kNeed2, kNeed3, kAfterE0, kAfterED, kAfterF0, kAfterF4 };
+  struct Range {
+    uint8_t lo, hi;
+    int8_t next;  // -1: the character is complete
+  };
+  static const std::vector<Range> kEdges[] = {
+      /*kStart*/ {{0x20, 0x21, -1}, {0x23, 0x5B, -1}, {0x5D, 0x7F, -1}, {0xC2, 0xDF, kNeed1},
+                  {0xE0, 0xE0, kAfterE0}, {0xE1, 0xEC, kNeed2}, {0xED, 0xED, kAfterED},
+                  {0xEE, 0xEF, kNeed2}, {0xF0, 0xF0, kAfterF0}, {0xF1, 0xF3, kNeed3},
+                  {0xF4, 0xF4, kAfterF4}},
+      /*kNeed1*/ {{0x80, 0xBF, -1}},
+      /*kNeed2*/ {{0x80, 0xBF, kNeed1}},
+      /*kNeed3*/ {{0x80, 0xBF, kNeed2}},
+      /*kAfterE0*/ {{0xA0, 0xBF, kNeed1}},
+      /*kAfterED*/ {{0x80, 0x9F, kNeed1}},
+      /*kAfterF0*/ {{0x90, 0xBF, kNeed2}},
+      /*kAfterF4*/ {{0x80, 0x8F, kNeed2}},
+  };
+  const Automaton& a = automaton_;
+  int32_t result = kTextUnknown;  // the one end state seen so far
+  bool died = false, lived = false;
+  std::vector<std::pair<int8_t, int32_t>> work = {{kStart, state}}, seen = work;
+  while (!work.empty() && result != kTextMixed) {
+    const auto [u, g] = work.back();
+    work.pop_back();
+    for (const Range& r : kEdges[u]) {
+      for (int b = r.lo; b <= r.hi && result != kTextMixed; ++b) {
+        const int32_t next = a.states[g].has_bytes ? a.Next(g, static_cast<uint8_t>(b)) : -1;
+        if (next < 0 || a.NeedsClosure(next)) {
+          // Dying at a first byte is fine if every first byte dies (kTextNone); a call or a
+          // return inside the character is not alike for all.
+          if (next < 0 && u == kStart) {
+            died = true;
+          } else {
+            result = kTextMixed;
+          }
+          continue;
+        }
+        if (r.next < 0) {
+          lived = true;
+          if (result == kTextUnknown) result = next;
+          if (result != next) result = kTextMixed;
+        } else if (std::find(seen.begin(), seen.end(), std::pair{r.next, next}) == seen.end()) {
+          if (u == kStart) lived = true;
+          seen.emplace_back(r.next, next);
+          work.emplace_back(r.next, next);
+        }
+      }
+    }
+  }
+  if (result != kTextMixed) {
+    if (died && lived) result = kTextMixed;
+    if (!lived) result = kTextNone;
+  }
+  text_step_[state].store(result, std::memory_order_relaxed);
+  return result;
+}
+
+int CompiledGrammar::TextCharsAllowed(int32_t state) const {
+  int32_t s = state;
+  for (int n = 0; n < Vocabulary::kMaxTextChars; ++n) {
+    const int32_t next = TextStep(s);
+    if (next == kTextMixed) return -1;
+    if (next == kTextNone) return n;
+    s = next;
+  }
+  return Vocabulary::kMaxTextChars;
+}
+
+CompiledGrammar::StateMask CompiledGrammar::MaskByFullWalk(int32_t state) const {
+  const Vocabulary& v = *vocabulary_;
+  StateMask m;
+  m.bits.assign(v.mask_words(), 0);
+  m.overflowed = !internal::WalkTrieFromState(automaton_, v.trie(), state, {m.bits.data(), &m.exits});
+  return m;
+}
 
 std::shared_ptr<const CompiledGrammar::StateMask> CompiledGrammar::MaskOf(int32_t state) const {
   {
@@ -24,7 +109,16 @@ std::shared_ptr<const CompiledGrammar::StateMask> CompiledGrammar::MaskOf(int32_
   const Vocabulary& v = *vocabulary_;
   auto m = std::make_shared<StateMask>();
   std::vector<uint32_t> bits(v.mask_words(), 0);
-  m->overflowed = !internal::WalkTrieFromState(automaton_, v, state, {bits.data(), &m->exits});
+  const int text_chars = TextCharsAllowed(state);
+  if (text_chars >= 0) {
+    // Every text token of up to text_chars characters, no text token longer (or none of them
+    // without a text state), then the walk of the rest.
+    const std::span<const uint32_t> text = v.text_up_to(text_chars);
+    std::copy(text.begin(), text.end(), bits.begin());
+    m->rest_trie = true;
+  }
+  m->overflowed = !internal::WalkTrieFromState(
+      automaton_, m->rest_trie ? v.rest_trie() : v.trie(), state, {bits.data(), &m->exits});
   size_t count = 0;
   for (uint32_t w : bits) count += __builtin_popcount(w);
   if (count * 32 > static_cast<size_t>(v.size())) {
@@ -49,7 +143,8 @@ std::shared_ptr<const CompiledGrammar::StateMask> CompiledGrammar::MaskOf(int32_
 size_t CompiledGrammar::memory_bytes() const {
   const Automaton& a = automaton_;
   const size_t tables = a.states.size() * sizeof(Automaton::State) +
-                        a.next.size() * sizeof(int32_t) + a.refs.size() * sizeof(Automaton::Call);
+                        a.next.size() * sizeof(int32_t) + a.refs.size() * sizeof(Automaton::Call) +
+                        a.states.size() * sizeof(int32_t);  // text_step_
   std::lock_guard<std::mutex> lock(mu_);
   return tables + cache_bytes_;
 }
@@ -109,8 +204,9 @@ void Matcher::FillNextTokenBitmask(std::span<uint32_t> mask) {
     const size_t set_end = arena_.threads.size();
     if (set_end > set_begin) {
       for (int32_t node : m.exits) {
-        const Vocabulary::Node& n = v.nodes()[node];
-        WalkTrie(a, v, arena_, node + 1, n.end, n.depth, set_begin, set_end, /*local=*/false,
+        const Vocabulary::Trie& trie = m.rest_trie ? v.rest_trie() : v.trie();
+        const Vocabulary::Node& n = trie.nodes[node];
+        WalkTrie(a, trie, arena_, node + 1, n.end, n.depth, set_begin, set_end, /*local=*/false,
                  {bits, nullptr});
       }
     }

@@ -18,6 +18,7 @@
 // and walks only the subtrees after those returns against the live stack.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -43,7 +44,8 @@ class CompiledGrammar {
   struct StateMask {
     std::vector<uint32_t> bits;   // the accepted tokens as a mask, when many...
     std::vector<int32_t> tokens;  // ...or as a list, when few (bits empty)
-    std::vector<int32_t> exits;   // trie nodes (with children) where the rule returned
+    std::vector<int32_t> exits;   // trie nodes (with children) where the rule returned...
+    bool rest_trie = false;       // ...in the vocabulary's rest_trie() (else its trie())
     bool overflowed = false;      // the walk hit a bound of pda_walk.h: the grammar is refused
   };
   // Computed on first use, then cached and shared while the cache holds less than
@@ -51,14 +53,28 @@ class CompiledGrammar {
   // bound); thread-safe.
   std::shared_ptr<const StateMask> MaskOf(int32_t state) const;
   static constexpr size_t kMaxMaskCacheBytes = size_t{64} << 20;
+  // The same mask by a walk of the whole trie, never cached (the scalar twin of MaskOf's text
+  // shortcut, for tests).
+  StateMask MaskByFullWalk(int32_t state) const;
   // States whose mask is cached (for benchmarks and tests).
   size_t cached_states() const;
   // Bytes held: the automaton's tables and the masks cached so far.
   size_t memory_bytes() const;
 
  private:
+  // What state reads as one text character (Vocabulary's text tokens), memoized:
+  static constexpr int32_t kTextUnknown = -3;  // not computed yet
+  static constexpr int32_t kTextMixed = -2;    // not every text character alike
+  static constexpr int32_t kTextNone = -1;     // no text character
+  // (>= 0: every text character leads to that state, through states that only read bytes)
+  int32_t TextStep(int32_t state) const;
+  // The text characters a text token may have from `state`: 0..kMaxTextChars, or -1 when they
+  // are not all alike there (the mask needs the whole trie).
+  int TextCharsAllowed(int32_t state) const;
+
   Automaton automaton_;
   std::shared_ptr<const Vocabulary> vocabulary_;
+  mutable std::unique_ptr<std::atomic<int32_t>[]> text_step_;  // per state
   mutable std::mutex mu_;
   mutable std::vector<std::shared_ptr<const StateMask>> cache_;
   mutable size_t cache_bytes_ = 0;

@@ -1,5 +1,7 @@
 #include "structured/pda_walk.h"
 
+#include <algorithm>
+
 namespace moeserve::structured::internal {
 
 namespace {
@@ -88,13 +90,14 @@ bool Advance(const Automaton& a, Arena& arena, size_t from, size_t to, uint8_t b
   return popped;
 }
 
-void WalkTrie(const Automaton& a, const Vocabulary& v, Arena& arena, int32_t first, int32_t last,
-              int base_depth, size_t set_begin, size_t set_end, bool local, WalkOutput out) {
-  const std::vector<Vocabulary::Node>& nodes = v.nodes();
+void WalkTrie(const Automaton& a, const Vocabulary::Trie& trie, Arena& arena, int32_t first,
+              int32_t last, int base_depth, size_t set_begin, size_t set_end, bool local,
+              WalkOutput out) {
+  const std::vector<Vocabulary::Node>& nodes = trie.nodes;
   const size_t threads_mark = arena.threads.size(), frames_mark = arena.frames.size();
   // Per depth (relative to base_depth).
   std::vector<WalkLevel>& levels = arena.levels;
-  levels.resize(static_cast<size_t>(v.max_depth() - base_depth + 2));
+  levels.resize(static_cast<size_t>(std::max(trie.max_depth - base_depth, 0) + 2));
   levels[0] = {set_begin, set_end, frames_mark};
   uint32_t* mask = out.mask;
   int32_t i = first;
@@ -121,7 +124,7 @@ void WalkTrie(const Automaton& a, const Vocabulary& v, Arena& arena, int32_t fir
     }
     const bool alive = arena.threads.size() > begin;
     if (alive || popped) {
-      for (int32_t id : v.tokens_at(n)) mask[id >> 5] |= 1u << (id & 31);
+      for (int32_t id : trie.tokens_at(n)) mask[id >> 5] |= 1u << (id & 31);
     }
     if (popped && local && n.end > i + 1) out.exits->push_back(i);
     if (!alive) {
@@ -135,10 +138,11 @@ void WalkTrie(const Automaton& a, const Vocabulary& v, Arena& arena, int32_t fir
   arena.frames.resize(frames_mark);
 }
 
-bool WalkTrieFromState(const Automaton& a, const Vocabulary& v, int32_t state, WalkOutput out) {
-  const std::vector<Vocabulary::Node>& nodes = v.nodes();
+bool WalkTrieFromState(const Automaton& a, const Vocabulary::Trie& trie, int32_t state,
+                       WalkOutput out) {
+  const std::vector<Vocabulary::Node>& nodes = trie.nodes;
   uint32_t* mask = out.mask;
-  std::vector<int32_t> at_depth(static_cast<size_t>(v.max_depth()) + 1);
+  std::vector<int32_t> at_depth(static_cast<size_t>(trie.max_depth) + 1);
   at_depth[0] = state;
   Arena arena;
   const int32_t last = static_cast<int32_t>(nodes.size());
@@ -155,12 +159,12 @@ bool WalkTrieFromState(const Automaton& a, const Vocabulary& v, int32_t state, W
       // A call or a return: the general walk over this subtree, from the parent's state.
       arena.threads.assign(1, {from, -1});
       arena.frames.clear();
-      WalkTrie(a, v, arena, i, n.end, n.depth - 1, 0, 1, /*local=*/true, out);
+      WalkTrie(a, trie, arena, i, n.end, n.depth - 1, 0, 1, /*local=*/true, out);
       if (arena.overflowed) return false;
       i = n.end;
       continue;
     }
-    for (int32_t id : v.tokens_at(n)) mask[id >> 5] |= 1u << (id & 31);
+    for (int32_t id : trie.tokens_at(n)) mask[id >> 5] |= 1u << (id & 31);
     at_depth[n.depth] = next;
     ++i;
   }

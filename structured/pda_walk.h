@@ -66,17 +66,19 @@ struct WalkOutput {
   std::vector<int32_t>* exits = nullptr;  // local mode: nodes with children where the stack popped
 };
 
-// Walks the trie nodes [first, last) (a run of whole subtrees whose parent is at depth
+// Walks the nodes [first, last) of `trie` (a run of whole subtrees whose parent is at depth
 // base_depth), starting from the set [set_begin, set_end) at base_depth, setting the bits of every
 // token the grammar can read. local: the empty stack is an unknown caller (exits recorded).
 // Leaves arena as it found it past set_end.
-void WalkTrie(const Automaton& a, const Vocabulary& v, Arena& arena, int32_t first, int32_t last,
-              int base_depth, size_t set_begin, size_t set_end, bool local, WalkOutput out);
+void WalkTrie(const Automaton& a, const Vocabulary::Trie& trie, Arena& arena, int32_t first,
+              int32_t last, int base_depth, size_t set_begin, size_t set_end, bool local,
+              WalkOutput out);
 
-// The walk of the whole trie from one state with an unknown caller (local mode), what
+// The walk of a whole trie from one state with an unknown caller (local mode), what
 // CompiledGrammar caches: a tight loop over one DFA state per depth while the path stays inside
 // the state's rule without calls or returns, WalkTrie for the subtrees where it does not. False
 // when a bound was hit (the output is incomplete).
-bool WalkTrieFromState(const Automaton& a, const Vocabulary& v, int32_t state, WalkOutput out);
+bool WalkTrieFromState(const Automaton& a, const Vocabulary::Trie& trie, int32_t state,
+                       WalkOutput out);
 
 }  // namespace moeserve::structured::internal

@@ -100,8 +100,9 @@ int main(int argc, char** argv) {
   auto vocab = Vocabulary::FromTokenizer(
       **tok, {*(*tok)->TokenToId("<|im_end|>"), *(*tok)->TokenToId("<|endoftext|>")});
   if (!vocab.ok()) return 1;
-  std::printf("vocabulary: %d ids, trie of %zu nodes\n\n", (*vocab)->size(),
-              (*vocab)->nodes().size());
+  std::printf("vocabulary: %d ids, trie of %zu nodes (%zu without the text tokens)\n\n",
+              (*vocab)->size(), (*vocab)->trie().nodes.size(),
+              (*vocab)->rest_trie().nodes.size());
   std::printf("%-20s %8s %7s %8s %9s %9s %9s %9s %9s\n", "schema", "compile", "states", "steps",
               "cold mean", "warm mean", "warm p50", "warm p99", "cold max");
   std::ifstream in(schemas_path);

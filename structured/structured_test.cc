@@ -12,6 +12,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -250,6 +252,12 @@ TEST(JsonSchemaTest, AcceptsValidAndRefusesInvalidText) {
   EXPECT_TRUE(Accepts(Schema(R"({"type": "integer", "minimum": -20, "maximum": 1234})"), "1099"));
   EXPECT_FALSE(Accepts(Schema(R"({"type": "integer", "minimum": -20, "maximum": 1234})"), "-21"));
   EXPECT_FALSE(Accepts(Schema(R"({"type": "integer", "minimum": -20, "maximum": 1234})"), "01"));
+  // Exponents of at most two digits: every number is a finite double.
+  for (const char* x : {"1e5", "-2.5E-12", "7e+99"}) {
+    EXPECT_TRUE(Accepts(Schema(R"({"type": "number"})"), x)) << x;
+  }
+  EXPECT_FALSE(Accepts(Schema(R"({"type": "number"})"), "74E757866871"));
+  EXPECT_FALSE(Accepts(Schema("{}"), "1e400"));
   EXPECT_TRUE(Accepts(Schema(R"({"type": "string", "format": "date"})"), R"("2024-02-28")"));
   EXPECT_FALSE(Accepts(Schema(R"({"type": "string", "format": "date"})"), R"("2024-02-30")"));
   // enum and const may name their type (as tools' schemas do); values of another type drop out.
@@ -449,7 +457,7 @@ TEST(JsonSchemaTest, HostileAndUnsupportedSchemasGetErrorsNamingTheKeyword) {
 // ---- the matcher on the real vocabulary ----
 
 // Allowed token ids of a mask.
-std::vector<int32_t> AllowedTokens(const std::vector<uint32_t>& mask, int32_t n) {
+std::vector<int32_t> AllowedTokens(std::span<const uint32_t> mask, int32_t n) {
   std::vector<int32_t> ids;
   for (int32_t id = 0; id < n; ++id) {
     if (mask[id >> 5] >> (id & 31) & 1) ids.push_back(id);
@@ -488,13 +496,14 @@ std::optional<std::string> RandomWalk(const std::shared_ptr<const CompiledGramma
     }
     int32_t pick = allowed[rng() % allowed.size()];
     if (step >= budget) {
-      // Towards the end: EOS, else a closing quote or bracket, else the shortest token of a
+      // Towards the end: EOS, else a closing quote or bracket (not a comma: in arrays of
+      // recursive items it would grow the tree), else the shortest token of a
       // random first byte (so a rare separator such as '@' comes soon).
       std::vector<int32_t> closing, shortest(256, -1), firsts;
       for (int32_t id : allowed) {
         const std::string& b = v.bytes(id);
         if (b.empty()) continue;
-        if (b.size() == 1 && std::string_view("\"]},").find(b[0]) != std::string::npos) {
+        if (b.size() == 1 && std::string_view("\"]}").find(b[0]) != std::string::npos) {
           closing.push_back(id);
         }
         int32_t& s = shortest[uint8_t(b[0])];
@@ -571,8 +580,8 @@ TEST(MatcherPropertyTest, RandomWalksThroughSchemasValidate) {
     SCOPED_TRACE(c["name"].get<std::string>());
     auto g = MustCompile(Schema(c["schema"].dump()), Qwen3Vocabulary());
     ASSERT_NE(g, nullptr);
-    for (uint32_t seed = 0; seed < 6; ++seed) {
-      std::optional<std::string> out = RandomWalk(g, seed * 7919 + 1, 12 + seed * 8, 600);
+    for (uint32_t seed = 0; seed < 4; ++seed) {
+      std::optional<std::string> out = RandomWalk(g, seed * 7919 + 1, 12 + seed * 8, 2000);
       ASSERT_TRUE(out.has_value()) << "walk did not end, seed " << seed;
       cases.push_back(
           {{"kind", "json"}, {"name", c["name"]}, {"schema", c["schema"]}, {"output", *out}});
@@ -641,6 +650,84 @@ TEST(MatcherPropertyTest, MaskEqualsAcceptTokenOverTheWholeVocabulary) {
 
 // One compiled grammar shared by matchers on several threads (its mask cache filling from all of
 // them) gives each walk what it gives alone.
+// Text tokens: whole UTF-8 characters of a JSON string's body, counted; everything else (and
+// text longer than kMaxTextChars characters) stays in the rest trie.
+TEST(VocabularyTest, TextTokensAreCountedAndTheRestKeptInTheirTrie) {
+  const std::string long_text(Vocabulary::kMaxTextChars + 1, '-');
+  const std::vector<std::string> tokens = {
+      "a",      " word", "\x7f",  "\xc3\xa9t\xc3\xa9",  "\xe4\xb8\xad\xe6\x96\x87",
+      "\xf0\x9f\x98\x80",                                            // text: 1, 5, 1, 3, 2, 1
+      "\"",     "a\\b",  "\n",    "\xc3",               "\xa9",      // not: quote, \, control,
+      "\xed\xa0\x80",    "\xc0\x80", "\xf4\x90\x80\x80", long_text,  // partial, surrogate,
+  };                                                                 // overlong, > U+10FFFF
+  const std::vector<int> chars = {1, 5, 1, 3, 2, 1};
+  auto v = SmallVocabulary(tokens);
+  for (int n = 0; n <= Vocabulary::kMaxTextChars; ++n) {
+    const std::vector<int32_t> in = AllowedTokens(v->text_up_to(n), v->size());
+    std::vector<int32_t> want;
+    for (size_t id = 0; id < chars.size(); ++id) {
+      if (chars[id] <= n) want.push_back(static_cast<int32_t>(id));
+    }
+    EXPECT_EQ(in, want) << n;
+  }
+  std::vector<int32_t> rest(v->rest_trie().token_ids);
+  std::sort(rest.begin(), rest.end());
+  std::vector<int32_t> want_rest;
+  for (size_t id = chars.size(); id < tokens.size(); ++id) want_rest.push_back(int32_t(id));
+  EXPECT_EQ(rest, want_rest);
+  EXPECT_EQ(v->trie().token_ids.size(), tokens.size());
+}
+
+// The mask of each state through the text tokens' shortcut equals the walk of the whole trie
+// (its scalar twin): the same tokens, the same return points (as byte prefixes).
+TEST(MatcherPropertyTest, TextShortcutEqualsTheWholeTrieWalk) {
+  const std::vector<GrammarSpec> specs = {
+      Schema(R"({"type": "object", "properties": {"s": {"type": "string", "maxLength": 40},
+          "t": {"type": "string", "minLength": 3}, "u": {"type": "string", "format": "uri"}},
+          "additionalProperties": {"type": "string", "pattern": "[^x]{0,5}"}})"),
+      Schema(R"({"type": "array", "items": {"anyOf": [{"type": "string", "maxLength": 3},
+          {"type": "integer"}]}})"),
+      Regex("\"(.{0,6}|[a-z]+)\""),
+      Gbnf(ReadFile(kDataDir + "/json.gbnf")),
+  };
+  auto prefix = [](const Vocabulary& v, const Vocabulary::Trie& trie, int32_t node) {
+    const Vocabulary::Node& n = trie.nodes[node];
+    for (int32_t i = node; i < n.end; ++i) {
+      if (trie.nodes[i].token_end > trie.nodes[i].token_begin) {
+        return v.bytes(trie.token_ids[trie.nodes[i].token_begin]).substr(0, n.depth);
+      }
+    }
+    return std::string("?");
+  };
+  int shortcuts = 0;
+  for (const GrammarSpec& spec : specs) {
+    SCOPED_TRACE(spec.text);
+    auto g = MustCompile(spec, Qwen3Vocabulary());
+    const Vocabulary& v = g->vocabulary();
+    const Automaton& a = g->automaton();
+    const int32_t stride = std::max<int32_t>(1, static_cast<int32_t>(a.states.size()) / 40);
+    for (int32_t s = 0; s < static_cast<int32_t>(a.states.size()); s += stride) {
+      if (!a.states[s].has_bytes) continue;
+      const auto fast = g->MaskOf(s);
+      const CompiledGrammar::StateMask full = g->MaskByFullWalk(s);
+      std::vector<uint32_t> bits = fast->bits;
+      if (bits.empty()) {
+        bits.assign(v.mask_words(), 0);
+        for (int32_t id : fast->tokens) bits[id >> 5] |= 1u << (id & 31);
+      }
+      EXPECT_EQ(AllowedTokens(bits, v.size()), AllowedTokens(full.bits, v.size())) << s;
+      std::set<std::string> fast_exits, full_exits;
+      for (int32_t n : fast->exits) {
+        fast_exits.insert(prefix(v, fast->rest_trie ? v.rest_trie() : v.trie(), n));
+      }
+      for (int32_t n : full.exits) full_exits.insert(prefix(v, v.trie(), n));
+      EXPECT_EQ(fast_exits, full_exits) << s;
+      shortcuts += fast->rest_trie;
+    }
+  }
+  EXPECT_GT(shortcuts, 20);  // the shortcut was taken
+}
+
 TEST(MatcherTest, ACompiledGrammarIsSharedAcrossThreads) {
   const GrammarSpec spec = Schema(R"({"type": "object", "properties": {"s": {"type": "string",
       "maxLength": 6}, "n": {"type": "array", "items": {"type": "number"}}},
