@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 #include <utility>
 
 namespace moeserve::structured {
@@ -110,7 +111,10 @@ class NfaBuilder {
         ASSIGN_OR_RETURN(int32_t s, New());
         ASSIGN_OR_RETURN(int32_t t, New());
         for (const CodeRange& r : e.ranges) {
-          for (const std::vector<CodeRange>& seq : Utf8ByteRanges(r.lo, r.hi)) {
+          // A repetition repeats its character classes: their encodings are made once.
+          auto [it, fresh] = utf8_.try_emplace({r.lo, r.hi});
+          if (fresh) it->second = Utf8ByteRanges(r.lo, r.hi);
+          for (const std::vector<CodeRange>& seq : it->second) {
             int32_t cur = s;
             for (size_t i = 0; i < seq.size(); ++i) {
               int32_t to = t;
@@ -191,6 +195,7 @@ class NfaBuilder {
 
   std::vector<NfaState>& nfa_;
   const Limits& limits_;
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<std::vector<CodeRange>>> utf8_;
 };
 
 // The subset construction of one rule's NFA into Automaton states.
@@ -204,16 +209,28 @@ class Determinizer {
     index_.clear();
     accept_ = f.accept;
     rule_ = rule;
-    ASSIGN_OR_RETURN(int32_t start, Intern(Closure({f.start})));
+    first_id_ = static_cast<int32_t>(a_.states.size());
+    seeds_.assign(1, f.start);
+    ASSIGN_OR_RETURN(int32_t start, Intern(Closure(seeds_)));
     // sets_ grows while we walk it.
     for (size_t i = 0; i < sets_.size(); ++i) RETURN_IF_ERROR(Expand(i));
     return start;
   }
 
  private:
-  std::vector<int32_t> Closure(std::vector<int32_t> seeds) {
+  struct SetHash {
+    size_t operator()(const std::vector<int32_t>& v) const {
+      uint64_t h = v.size();
+      for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 0x100000001B3ull;
+      return static_cast<size_t>(h ^ (h >> 29));
+    }
+  };
+
+  // The epsilon closure of `seeds` (consumed), sorted; valid until the next call.
+  const std::vector<int32_t>& Closure(std::vector<int32_t>& seeds) {
     ++stamp_;
-    std::vector<int32_t> out;
+    std::vector<int32_t>& out = closure_;
+    out.clear();
     while (!seeds.empty()) {
       int32_t s = seeds.back();
       seeds.pop_back();
@@ -228,7 +245,7 @@ class Determinizer {
     return out;
   }
 
-  Result<int32_t> Intern(std::vector<int32_t> set) {
+  Result<int32_t> Intern(const std::vector<int32_t>& set) {
     auto it = index_.find(set);
     if (it != index_.end()) return it->second;
     work_ += set.size();
@@ -248,46 +265,48 @@ class Determinizer {
     st.rule = rule_;
     st.final = std::binary_search(set.begin(), set.end(), accept_);
     a_.states.push_back(st);
-    a_.next.resize(a_.next.size() + 256, -1);
-    index_.emplace(set, id);
-    sets_.push_back({std::move(set), id});
+    a_.next.resize(a_.next.size() + a_.num_classes, -1);
+    sets_.push_back(&index_.emplace(set, id).first->first);
     return id;
   }
 
   Status Expand(size_t i) {
-    const int32_t id = sets_[i].second;
-    std::vector<int32_t> set = sets_[i].first;  // a copy: Intern grows sets_
+    const int32_t id = first_id_ + static_cast<int32_t>(i);
+    const std::vector<int32_t>& set = *sets_[i];
     // Bytes: cut 0..255 where any edge starts or ends; each piece has one target set.
-    std::vector<int> cuts = {0, 256};
+    bool cut[257] = {};
+    cut[0] = cut[256] = true;
     for (int32_t s : set) {
-      for (const NfaState::ByteEdge& e : nfa_[s].bytes) {
-        cuts.push_back(e.lo);
-        cuts.push_back(e.hi + 1);
-      }
+      for (const NfaState::ByteEdge& e : nfa_[s].bytes) cut[e.lo] = cut[e.hi + 1] = true;
     }
-    std::sort(cuts.begin(), cuts.end());
-    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-    std::map<std::vector<int32_t>, int32_t> seen;  // targets before closure -> state
-    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
-      const int b = cuts[c];
-      std::vector<int32_t> targets;
+    seen_.clear();  // targets before closure -> state
+    for (int b = 0; b < 256;) {
+      int end = b + 1;
+      while (!cut[end]) ++end;
+      targets_.clear();
       for (int32_t s : set) {
         for (const NfaState::ByteEdge& e : nfa_[s].bytes) {
-          if (e.lo <= b && b <= e.hi) targets.push_back(e.to);
+          if (e.lo <= b && b <= e.hi) targets_.push_back(e.to);
         }
       }
-      if (targets.empty()) continue;
-      std::sort(targets.begin(), targets.end());
-      targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
-      int32_t to;
-      if (auto it = seen.find(targets); it != seen.end()) {
-        to = it->second;
-      } else {
-        ASSIGN_OR_RETURN(to, Intern(Closure(targets)));
-        seen.emplace(std::move(targets), to);
+      if (!targets_.empty()) {
+        std::sort(targets_.begin(), targets_.end());
+        targets_.erase(std::unique(targets_.begin(), targets_.end()), targets_.end());
+        int32_t to = -1;
+        for (const auto& [t, state] : seen_) {
+          if (t == targets_) to = state;
+        }
+        if (to < 0) {
+          seeds_ = targets_;
+          ASSIGN_OR_RETURN(to, Intern(Closure(seeds_)));
+          seen_.emplace_back(targets_, to);
+        }
+        // [b, end) is a run of whole classes (the grammar's cuts include this state's).
+        const auto row = a_.next.begin() + size_t(id) * a_.num_classes;
+        std::fill(row + a_.byte_class[b], row + a_.byte_class[end - 1] + 1, to);
+        a_.states[id].has_bytes = true;
       }
-      for (int x = b; x < cuts[c + 1]; ++x) a_.next[size_t(id) * 256 + x] = to;
-      a_.states[id].has_bytes = true;
+      b = end;
     }
     // Calls: one edge per rule, its return targets merged.
     std::map<int32_t, std::vector<int32_t>> calls;
@@ -313,8 +332,13 @@ class Determinizer {
   size_t work_ = 0;
   int32_t accept_ = 0;
   int32_t rule_ = 0;
-  std::map<std::vector<int32_t>, int32_t> index_;
-  std::vector<std::pair<std::vector<int32_t>, int32_t>> sets_;
+  int32_t first_id_ = 0;  // the automaton state of sets_[0]
+  std::unordered_map<std::vector<int32_t>, int32_t, SetHash> index_;
+  // NFA state sets of this rule (index_'s keys), by state - first_id_.
+  std::vector<const std::vector<int32_t>*> sets_;
+  // Buffers.
+  std::vector<std::pair<std::vector<int32_t>, int32_t>> seen_;
+  std::vector<int32_t> targets_, seeds_, closure_;
 };
 
 // The states of `rule` reached from its start through calls of nullable rules only (no byte
@@ -402,6 +426,17 @@ Result<Automaton> BuildAutomaton(const Grammar& grammar, const Limits& limits) {
   Automaton a;
   a.rule_names = grammar.names;
   a.root = grammar.root;
+  // Byte classes: the runs of bytes between the cuts of every edge.
+  bool cut[257] = {};
+  for (const NfaState& n : nfa) {
+    for (const NfaState::ByteEdge& e : n.bytes) cut[e.lo] = cut[e.hi + 1] = true;
+  }
+  int32_t cls = -1;
+  for (int b = 0; b < 256; ++b) {
+    if (b == 0 || cut[b]) ++cls;
+    a.byte_class[b] = static_cast<uint8_t>(cls);
+  }
+  a.num_classes = cls + 1;
   Determinizer det(nfa, a, limits);
   for (size_t r = 0; r < fragments.size(); ++r) {
     ASSIGN_OR_RETURN(int32_t start, det.Rule(static_cast<int32_t>(r), fragments[r]));

@@ -1,9 +1,12 @@
 // A Grammar compiled to a pushdown automaton over bytes: each rule becomes a deterministic
 // automaton (DFA) whose edges read one byte or call a rule; calls push the state to return to.
 //
-//   state s of rule r:  next[s * 256 + b]  the state after byte b in the same rule, or -1
+//   state s of rule r:  Next(s, b)         the state after byte b in the same rule, or -1
 //                       refs of s          (rule q, return state t): run q from its start, then t
 //                       final              r may end here (pop the caller's return state)
+//
+// Bytes that every edge of the grammar treats alike share a class (a JSON grammar has a few
+// dozen), so the table has a column per class, not per byte.
 //
 // Code points become their UTF-8 byte sequences, repetitions are unrolled, alternatives merged by
 // the subset construction, so a rule's own bytes never branch; only calls and returns do. Left
@@ -11,6 +14,7 @@
 // the matcher's closure would never end.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,13 +38,17 @@ struct Automaton {
   };
 
   std::vector<State> states;
-  std::vector<int32_t> next;  // [states.size() * 256]
+  std::array<uint8_t, 256> byte_class{};  // byte -> its class, 0..num_classes - 1
+  int32_t num_classes = 1;
+  std::vector<int32_t> next;  // [states.size() * num_classes]
   std::vector<Call> refs;
   std::vector<int32_t> rule_start;  // per rule: its start state
   std::vector<std::string> rule_names;
   int32_t root = 0;
 
-  int32_t Next(int32_t state, uint8_t byte) const { return next[size_t(state) * 256 + byte]; }
+  int32_t Next(int32_t state, uint8_t byte) const {
+    return next[size_t(state) * num_classes + byte_class[byte]];
+  }
   bool NeedsClosure(int32_t state) const {
     const State& s = states[state];
     return s.final || s.ref_begin != s.ref_end;
