@@ -100,9 +100,11 @@ int main(int argc, char** argv) {
   auto vocab = Vocabulary::FromTokenizer(
       **tok, {*(*tok)->TokenToId("<|im_end|>"), *(*tok)->TokenToId("<|endoftext|>")});
   if (!vocab.ok()) return 1;
-  std::printf("vocabulary: %d ids, trie of %zu nodes (%zu without the text tokens)\n\n",
-              (*vocab)->size(), (*vocab)->trie().nodes.size(),
-              (*vocab)->rest_trie().nodes.size());
+  const Vocabulary& v = **vocab;
+  std::printf("vocabulary: %d ids, trie of %zu nodes; %zu text tokens, the rest's trie %zu nodes\n\n",
+              v.size(), v.trie().nodes.size(),
+              v.trie().token_ids.size() - v.rest_trie().token_ids.size(),
+              v.rest_trie().nodes.size());
   std::printf("%-20s %8s %7s %8s %9s %9s %9s %9s %9s\n", "schema", "compile", "states", "steps",
               "cold mean", "warm mean", "warm p50", "warm p99", "cold max");
   std::ifstream in(schemas_path);

@@ -158,7 +158,9 @@ class ToolCallsTest : public ::testing::Test {
     std::string cases;
     for (const json& call : message["tool_calls"]) {
       const std::string name = call["function"]["name"];
-      if (!only.empty()) EXPECT_EQ(name, only);
+      if (!only.empty()) {
+        EXPECT_EQ(name, only);
+      }
       const std::string arguments = call["function"]["arguments"];
       json schema;
       for (const ordered_json& t : kTools) {
