@@ -29,9 +29,16 @@ int32_t CompiledGrammar::TextStep(int32_t state) const {
     int8_t next;  // -1: the character is complete
   };
   static const std::vector<Range> kEdges[] = {
-      /*kStart*/ {{0x20, 0x21, -1}, {0x23, 0x5B, -1}, {0x5D, 0x7F, -1}, {0xC2, 0xDF, kNeed1},
-                  {0xE0, 0xE0, kAfterE0}, {0xE1, 0xEC, kNeed2}, {0xED, 0xED, kAfterED},
-                  {0xEE, 0xEF, kNeed2}, {0xF0, 0xF0, kAfterF0}, {0xF1, 0xF3, kNeed3},
+      /*kStart*/ {{0x20, 0x21, -1},
+                  {0x23, 0x5B, -1},
+                  {0x5D, 0x7F, -1},
+                  {0xC2, 0xDF, kNeed1},
+                  {0xE0, 0xE0, kAfterE0},
+                  {0xE1, 0xEC, kNeed2},
+                  {0xED, 0xED, kAfterED},
+                  {0xEE, 0xEF, kNeed2},
+                  {0xF0, 0xF0, kAfterF0},
+                  {0xF1, 0xF3, kNeed3},
                   {0xF4, 0xF4, kAfterF4}},
       /*kNeed1*/ {{0x80, 0xBF, -1}},
       /*kNeed2*/ {{0x80, 0xBF, kNeed1}},
@@ -96,7 +103,8 @@ CompiledGrammar::StateMask CompiledGrammar::MaskByFullWalk(int32_t state) const 
   const Vocabulary& v = *vocabulary_;
   StateMask m;
   m.bits.assign(v.mask_words(), 0);
-  m.overflowed = !internal::WalkTrieFromState(automaton_, v.trie(), state, {m.bits.data(), &m.exits});
+  m.overflowed =
+      !internal::WalkTrieFromState(automaton_, v.trie(), state, {m.bits.data(), &m.exits});
   return m;
 }
 
@@ -117,8 +125,8 @@ std::shared_ptr<const CompiledGrammar::StateMask> CompiledGrammar::MaskOf(int32_
     std::copy(text.begin(), text.end(), bits.begin());
     m->rest_trie = true;
   }
-  m->overflowed = !internal::WalkTrieFromState(
-      automaton_, m->rest_trie ? v.rest_trie() : v.trie(), state, {bits.data(), &m->exits});
+  m->overflowed = !internal::WalkTrieFromState(automaton_, m->rest_trie ? v.rest_trie() : v.trie(),
+                                               state, {bits.data(), &m->exits});
   size_t count = 0;
   for (uint32_t w : bits) count += __builtin_popcount(w);
   if (count * 32 > static_cast<size_t>(v.size())) {

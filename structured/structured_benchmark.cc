@@ -101,10 +101,10 @@ int main(int argc, char** argv) {
       **tok, {*(*tok)->TokenToId("<|im_end|>"), *(*tok)->TokenToId("<|endoftext|>")});
   if (!vocab.ok()) return 1;
   const Vocabulary& v = **vocab;
-  std::printf("vocabulary: %d ids, trie of %zu nodes; %zu text tokens, the rest's trie %zu nodes\n\n",
-              v.size(), v.trie().nodes.size(),
-              v.trie().token_ids.size() - v.rest_trie().token_ids.size(),
-              v.rest_trie().nodes.size());
+  std::printf(
+      "vocabulary: %d ids, trie of %zu nodes; %zu text tokens, the rest's trie %zu nodes\n\n",
+      v.size(), v.trie().nodes.size(), v.trie().token_ids.size() - v.rest_trie().token_ids.size(),
+      v.rest_trie().nodes.size());
   std::printf("%-20s %8s %7s %8s %9s %9s %9s %9s %9s\n", "schema", "compile", "states", "steps",
               "cold mean", "warm mean", "warm p50", "warm p99", "cold max");
   std::ifstream in(schemas_path);
@@ -203,8 +203,8 @@ int main(int argc, char** argv) {
     }
     Stats s;
     Walk(*g, 1, 40, 40, s);
-    std::printf("  %-48s mean %9.1f us, max %9.1f us over %zu steps\n",
-                OneLine(gbnf).c_str(), s.Mean(), s.Pct(1.0), s.v.size());
+    std::printf("  %-48s mean %9.1f us, max %9.1f us over %zu steps\n", OneLine(gbnf).c_str(),
+                s.Mean(), s.Pct(1.0), s.v.size());
   }
   return 0;
 }

@@ -648,18 +648,20 @@ TEST(MatcherPropertyTest, MaskEqualsAcceptTokenOverTheWholeVocabulary) {
   }
 }
 
-// One compiled grammar shared by matchers on several threads (its mask cache filling from all of
-// them) gives each walk what it gives alone.
 // Text tokens: whole UTF-8 characters of a JSON string's body, counted; everything else (and
 // text longer than kMaxTextChars characters) stays in the rest trie.
 TEST(VocabularyTest, TextTokensAreCountedAndTheRestKeptInTheirTrie) {
   const std::string long_text(Vocabulary::kMaxTextChars + 1, '-');
-  const std::vector<std::string> tokens = {
-      "a",      " word", "\x7f",  "\xc3\xa9t\xc3\xa9",  "\xe4\xb8\xad\xe6\x96\x87",
-      "\xf0\x9f\x98\x80",                                            // text: 1, 5, 1, 3, 2, 1
-      "\"",     "a\\b",  "\n",    "\xc3",               "\xa9",      // not: quote, \, control,
-      "\xed\xa0\x80",    "\xc0\x80", "\xf4\x90\x80\x80", long_text,  // partial, surrogate,
-  };                                                                 // overlong, > U+10FFFF
+  // Text, of 1, 5, 1, 3, 2 and 1 characters:
+  std::vector<std::string> tokens = {
+      "a", " word", "\x7f", "\xc3\xa9t\xc3\xa9", "\xe4\xb8\xad\xe6\x96\x87", "\xf0\x9f\x98\x80"};
+  // Not text: a quote, a backslash, a control, partial characters, a surrogate, an overlong
+  // form, past U+10FFFF, too long.
+  for (std::string t :
+       {"\"", "a\\b", "\n", "\xc3", "\xa9", "\xed\xa0\x80", "\xc0\x80", "\xf4\x90\x80\x80"}) {
+    tokens.push_back(t);
+  }
+  tokens.push_back(long_text);
   const std::vector<int> chars = {1, 5, 1, 3, 2, 1};
   auto v = SmallVocabulary(tokens);
   for (int n = 0; n <= Vocabulary::kMaxTextChars; ++n) {
@@ -728,6 +730,8 @@ TEST(MatcherPropertyTest, TextShortcutEqualsTheWholeTrieWalk) {
   EXPECT_GT(shortcuts, 20);  // the shortcut was taken
 }
 
+// One compiled grammar shared by matchers on several threads (its mask cache filling from all of
+// them) gives each walk what it gives alone.
 TEST(MatcherTest, ACompiledGrammarIsSharedAcrossThreads) {
   const GrammarSpec spec = Schema(R"({"type": "object", "properties": {"s": {"type": "string",
       "maxLength": 6}, "n": {"type": "array", "items": {"type": "number"}}},
