@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/inflate_model.h"
 #include "cli/make_model_corpus.h"
 #include "cli/preset_files.h"
 #include "core/check.h"
@@ -450,6 +451,8 @@ struct Options {
   int64_t max_shard_size_mb = 2048;
   int64_t threads = 0;
   bool no_weights = false;
+  std::string inflate_from;  // another mode: DIR's model with its experts widened (inflate_model.h)
+  int64_t inflate_factor = 0;
 };
 
 // The preset's config with the size overrides applied, validated by a round trip through the
@@ -731,8 +734,39 @@ int RunMakeModel(const std::vector<std::string>& args) {
   flags.Int("threads", &o.threads, "threads drawing weights (0: all cores)");
   flags.Bool("no-weights", &o.no_weights,
              "write everything but the safetensors (a folder inspect can plan a run for)");
+  flags.String("inflate-from", &o.inflate_from,
+               "instead of random weights: this model folder with every routed expert widened "
+               "--inflate-factor times (the same function, that many times the expert bytes per "
+               "token; docs/performance.md)");
+  flags.Int("inflate-factor", &o.inflate_factor,
+            "with --inflate-from: the widening, a power of two in 2..1024");
   if (std::optional<int> exit_code = ParseFlags(flags, args, kCommand)) return *exit_code;
   Stopwatch watch;
+  if (flags.WasSet("inflate-from") || flags.WasSet("inflate-factor")) {
+    for (const char* flag :
+         {"arch", "preset", "seed", "dtype", "mtp-layers", "hidden-size", "num-layers",
+          "num-experts", "experts-per-token", "vocab-size", "num-heads", "num-kv-heads", "head-dim",
+          "intermediate-size", "moe-intermediate-size", "shared-expert-intermediate-size",
+          "full-attention-interval", "no-weights"}) {
+      if (flags.WasSet(flag)) {
+        return UsageError(kCommand, InvalidArgument("--{}: not with --inflate-from (the model is "
+                                                    "--inflate-from's)",
+                                                    flag));
+      }
+    }
+    if (o.inflate_from.empty() || o.out.empty()) {
+      return UsageError(kCommand,
+                        InvalidArgument("--inflate-from DIR, --inflate-factor R and --out go "
+                                        "together"));
+    }
+    const Status inflated = InflateModel(o.inflate_from, o.inflate_factor, o.out,
+                                         static_cast<uint64_t>(o.max_shard_size_mb) << 20);
+    if (inflated.code() == StatusCode::kInvalidArgument) return UsageError(kCommand, inflated);
+    if (!inflated.ok()) return RuntimeError(kCommand, inflated);
+    fmt::print(stderr, "make-model: wrote {} ({} with its experts {}x as wide) in {:.1f} s\n",
+               o.out, o.inflate_from, o.inflate_factor, watch.ElapsedSeconds());
+    return 0;
+  }
   Result<ModelConfig> made = MakeModel(o, flags);
   if (made.status().code() == StatusCode::kInvalidArgument) {
     return UsageError(kCommand, made.status());

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -299,6 +301,73 @@ TEST_F(CliTest, LogitsGenerateAndActivationDumpOnTheGoldenModel) {
 
 // tokenize / detokenize with the real Qwen3 tokenizer (a folder with only tokenizer files), and
 // the chat goldens through --chat-file.
+// make-model --inflate-from: the default model with its experts 4x as wide computes the same
+// function (cli/inflate_model.h): the same logits and MTP draft logits to float rounding, the same
+// greedy text; bad factors and a model without experts are clear errors.
+TEST_F(CliTest, AnInflatedModelComputesTheSameFunction) {
+  const fs::path inflated = Dir("inflated");
+  const std::string from = MOESERVE_DEFAULT_MODEL_DIR;
+  CommandResult made = Run(fmt::format("make-model --inflate-from {} --inflate-factor 4 --out {}",
+                                       from, inflated.string()));
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const json a = json::parse(ReadFile(fs::path(from) / "config.json"));
+  const json b = json::parse(ReadFile(inflated / "config.json"));
+  EXPECT_EQ(b["moe_intermediate_size"], 4 * a["moe_intermediate_size"].get<int>());
+  EXPECT_EQ(ReadFile(inflated / "tokenizer.json"), ReadFile(fs::path(from) / "tokenizer.json"));
+
+  auto logits = [&](const std::string& model, const std::string& name) {
+    const fs::path out = Dir(name);
+    CommandResult r = Run(fmt::format(
+        "logits --model {} --token-ids 1,40,300,7,1200,55,9,610 --all-positions --mtp --out {}",
+        model, out.string()));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::vector<float> v;
+    for (const fs::path& f : {out, fs::path(out.string() + ".mtp")}) {
+      const std::string bytes = ReadFile(f);
+      const size_t n = bytes.size() / sizeof(float);
+      v.resize(v.size() + n);
+      std::memcpy(v.data() + v.size() - n, bytes.data(), n * sizeof(float));
+    }
+    return v;
+  };
+  const std::vector<float> x = logits(from, "logits_a"), y = logits(inflated.string(), "logits_b");
+  ASSERT_EQ(x.size(), y.size());
+  ASSERT_GT(x.size(), 0u);
+  float max_diff = 0, max_abs = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    max_diff = std::max(max_diff, std::abs(x[i] - y[i]));
+    max_abs = std::max(max_abs, std::abs(x[i]));
+  }
+  EXPECT_LT(max_diff, 1e-4f * max_abs) << "max |logit| " << max_abs;
+  // A model that reads more: the experts are most of the default model's bytes.
+  EXPECT_GT(fs::file_size(inflated / "model.safetensors"),
+            2 * fs::file_size(fs::path(from) / "model.safetensors"));
+
+  auto greedy = [&](const std::string& model) {
+    CommandResult r = Run(fmt::format(
+        "generate --model {} --prompt 'And God said' --max-tokens 24 --temperature 0 --spec mtp:2 "
+        "--json",
+        model));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? json::parse(r.out)["requests"][0]["token_ids"] : json();
+  };
+  EXPECT_EQ(greedy(from), greedy(inflated.string()));
+
+  for (const char* bad : {"--inflate-factor 3", "--inflate-factor 1", "--inflate-factor 2048",
+                          "--inflate-factor 2 --preset tiny"}) {
+    CommandResult r = Run(
+        fmt::format("make-model --inflate-from {} {} --out {}", from, bad, Dir("bad").string()));
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_NE(r.err.find("--"), std::string::npos) << r.err;
+  }
+  ASSERT_EQ(Run("make-model --arch qwen3 --preset tiny --out " + Dir("dense").string()).exit_code,
+            0);
+  CommandResult dense = Run(fmt::format("make-model --inflate-from {} --inflate-factor 2 --out {}",
+                                        Dir("dense").string(), Dir("bad").string()));
+  EXPECT_EQ(dense.exit_code, 2);
+  EXPECT_NE(dense.err.find("without routed experts"), std::string::npos) << dense.err;
+}
+
 TEST_F(CliTest, TokenizeDetokenizeAndChatFile) {
   const std::string qwen = MOESERVE_TESTDATA_DIR "/qwen3-tokenizer";
   CommandResult r = Run("tokenize --model " + qwen + " --text 'Hello world' --json");
