@@ -1,11 +1,12 @@
 #include "cli/inflate_model.h"
 
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <sstream>
+#include <string_view>
 #include <vector>
 
 #include "core/dtype.h"
@@ -22,12 +23,17 @@ enum class Role { kCopy, kRows, kColumns };  // as it is; gate / up rows; down c
 
 // A routed expert's projection (model and MTP layers): model.layers.L.mlp.experts.E.gate_proj
 // .weight and mtp.layers.L.mlp.experts.E.down_proj.weight widen; the shared expert does not.
-Role RoleOf(const std::string& name) {
-  static const std::regex kExpert(
-      R"(.*\.mlp\.experts\.\d+\.(gate_proj|up_proj|down_proj)\.weight)");
-  std::smatch m;
-  if (!std::regex_match(name, m, kExpert)) return Role::kCopy;
-  return m[1] == "down_proj" ? Role::kColumns : Role::kRows;
+Role RoleOf(std::string_view name) {
+  constexpr std::string_view kExperts = ".mlp.experts.", kWeight = ".weight";
+  const size_t at = name.find(kExperts);
+  if (at == std::string_view::npos || !name.ends_with(kWeight)) return Role::kCopy;
+  std::string_view rest = name.substr(at + kExperts.size());  // E.gate_proj.weight
+  size_t digits = 0;
+  while (digits < rest.size() && std::isdigit(static_cast<unsigned char>(rest[digits]))) ++digits;
+  if (digits == 0 || digits >= rest.size() || rest[digits] != '.') return Role::kCopy;
+  const std::string_view proj = rest.substr(digits + 1, rest.size() - digits - 1 - kWeight.size());
+  if (proj == "down_proj") return Role::kColumns;
+  return proj == "gate_proj" || proj == "up_proj" ? Role::kRows : Role::kCopy;
 }
 
 // The config.json object that holds the text model's fields (Qwen3.5 nests them in text_config).
