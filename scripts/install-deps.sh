@@ -7,7 +7,7 @@
 set -euo pipefail
 
 packages=(
-  g++ cmake ninja-build pkg-config        # toolchain
+  g++ cmake ninja-build pkg-config ccache # toolchain (ccache: rebuilds reuse unchanged objects)
   libhwy-dev                              # Highway: SIMD with dynamic dispatch
   nlohmann-json3-dev libfmt-dev           # JSON, formatting
   libgtest-dev libbenchmark-dev           # tests, benchmarks (the build configures them)
