@@ -609,6 +609,7 @@ int Run(const Options& o) {
                                                 "max_position_embeddings {}",
                                                 max_positions));
   }
+  plan->config.spec = engine::ResolveSpec(plan->config.spec, group.model().has_mtp());
   const Ceilings m = MeasureCeilings(o, group);
   if (o.turns > 1) {
     return RunTurns(o, group, ConfigFor(o, 1, plan->config), m.roofline, m.bandwidth);

@@ -31,7 +31,9 @@ void EngineFlags::RegisterSizing(FlagSet& flags) {
                "available)");
   flags.String("spec", &spec,
                "speculative decoding: mtp:K (the model's MTP head drafts K tokens), ngram:K "
-               "(prompt lookup), K in 1..4, or none");
+               "(prompt lookup), K in 1..4; mtp:auto / ngram:auto (each step's drafts, 0..4, "
+               "chosen by measured step cost and running acceptance); auto (mtp:auto on a model "
+               "with an MTP head, else none); or none");
 }
 
 void EngineFlags::Register(FlagSet& flags) {
@@ -92,6 +94,7 @@ engine::EngineConfig EngineFlags::ToConfig() const {
   CHECK(spec_config.ok()) << "Validate first: " << spec_config.status().ToString();
   c.spec.method = spec_config->method;
   c.spec.num_speculative_tokens = spec_config->num_speculative_tokens;
+  c.spec.sized_by_cost = spec_config->sized_by_cost;
   return c;
 }
 

@@ -22,7 +22,7 @@ struct EngineFlags {
   engine::EngineConfig config;  // the values flags write to, EngineConfig's defaults until set
   bool no_enable_prefix_caching = false;  // vLLM's spelling of the negated switch
   bool no_greedy_argmax = false;          // --no-greedy-argmax (case study #8/#9 off)
-  std::string spec = "none";              // --spec mtp:K | ngram:K | none
+  std::string spec = "auto";              // --spec mtp:K | ngram:K | mtp:auto | ngram:auto | auto | none
   bool ignore_memory_plan = false;        // --ignore-memory-plan
 
   // Every flag, for the subcommands that run the engine.

@@ -178,7 +178,9 @@ int Run(const Options& o) {
   options.max_waiting_requests = o.max_waiting_requests;
   options.request_limits = o.limits.ToLimits();
   options.ui = !o.no_ui;
-  if (const engine::SpecConfig spec = o.engine.ToConfig().spec; spec.enabled()) {
+  if (const engine::SpecConfig spec =
+          engine::ResolveSpec(o.engine.ToConfig().spec, config->num_mtp_layers > 0);
+      spec.enabled()) {
     options.speculative = engine::SpecName(spec);
   }
   const std::vector<std::string> from_file = generation_config->ApplyTo(&options.default_params);

@@ -83,24 +83,24 @@ Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig&
         e.long_prefill_token_threshold, l.prefill_alignment);
   }
   l.prefix_caching = e.enable_prefix_caching;
-  l.spec = e.spec;
-  if (e.spec.enabled()) {
-    if (e.spec.num_speculative_tokens < 1 ||
-        e.spec.num_speculative_tokens > kMaxSpeculativeTokens) {
+  l.spec = ResolveSpec(e.spec, c.num_mtp_layers > 0);
+  if (l.spec.enabled()) {
+    if (l.spec.num_speculative_tokens < 1 ||
+        l.spec.num_speculative_tokens > kMaxSpeculativeTokens) {
       return InvalidArgument("--spec: K must be in [1, {}] (got {})", kMaxSpeculativeTokens,
-                             e.spec.num_speculative_tokens);
+                             l.spec.num_speculative_tokens);
     }
-    if (e.spec.disable_batch_size < 0) {
+    if (l.spec.disable_batch_size < 0) {
       return InvalidArgument("--spec-disable-batch-size must be >= 0 (got {})",
-                             e.spec.disable_batch_size);
+                             l.spec.disable_batch_size);
     }
-    if (!(e.spec.min_acceptance >= 0 && e.spec.min_acceptance <= 1)) {
+    if (!(l.spec.min_acceptance >= 0 && l.spec.min_acceptance <= 1)) {
       return InvalidArgument("--spec-min-acceptance must be in [0, 1] (got {})",
-                             e.spec.min_acceptance);
+                             l.spec.min_acceptance);
     }
   }
   // A verify run keeps the GDN state after each draft in a slot of its own (K per request).
-  const int64_t spec_slots = e.spec.enabled() ? e.spec.num_speculative_tokens : 0;
+  const int64_t spec_slots = l.spec.enabled() ? l.spec.num_speculative_tokens : 0;
   l.num_state_slots = c.is_hybrid() ? e.max_num_seqs * (1 + spec_slots) : 0;
 
   const int64_t per_block = KvBytesPerBlock(c, e.block_size);
@@ -163,8 +163,10 @@ Result<std::unique_ptr<Engine>> Engine::Create(model::CausalLm& model, const Eng
 }
 
 Result<std::unique_ptr<Engine>> Engine::Create(model::ModelGroup& group,
-                                               const EngineConfig& config) {
+                                               const EngineConfig& given) {
   const model::CausalLm& model = group.model();
+  EngineConfig config = given;
+  config.spec = ResolveSpec(given.spec, model.has_mtp());
   if (config.spec.method == SpecMethod::kMtp && !model.has_mtp()) {
     return InvalidArgument("--spec {}: the model has no MTP layer (no mtp.* weights); use ngram:K",
                            SpecName(config.spec));
@@ -223,6 +225,7 @@ Engine::Engine(model::ModelGroup& group, const EngineLayout& layout,
                               .max_model_len = runner.max_model_len};
   switch (runner.spec.method) {
     case SpecMethod::kNone:
+    case SpecMethod::kAuto:  // resolved by Create
       break;
     case SpecMethod::kNgram:
       proposer_ = std::make_unique<NgramProposer>(runner.spec, limits);
@@ -322,6 +325,7 @@ const std::vector<Request*>& Engine::Step() {
     named = true;
   }
   trace::Scope step_scope("step", "requests", static_cast<int64_t>(num_running()));
+  const int64_t begin = MonotonicNanos();
   const SchedulerOutput* out = nullptr;
   {
     trace::Scope scope("schedule");
@@ -339,6 +343,7 @@ const std::vector<Request*>& Engine::Step() {
   // before the next step can write the requests' slots.
   for (const StateCopy& copy : cache_manager_.pending_copies()) group_.CopySlot(copy.from, copy.to);
   cache_manager_.ClearPendingCopies();
+  if (proposer_ != nullptr) proposer_->RecordStep(*out, MonotonicNanos() - begin);
   return updated;
 }
 

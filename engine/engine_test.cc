@@ -417,7 +417,7 @@ struct SpecCase {
 
 // Greedy output with drafts equals greedy output without, token for token, and every emitted
 // token's logits are bit-identical to decoding without speculation (docs/design.md principle 2):
-// for K = 1..4, a request alone, eight at once, eight arriving one every 3 steps, and a 64-token
+// for K = 1..4 and auto, a request alone, eight at once, eight arriving one every 3 steps, and a 64-token
 // budget that chunks prompts and trims drafts. Returns the drafts accepted and verified.
 std::pair<int64_t, int64_t> ExpectSpecEqualsPlain(const SpecCase& c) {
   auto lm = LoadModel(c.model);
@@ -429,7 +429,11 @@ std::pair<int64_t, int64_t> ExpectSpecEqualsPlain(const SpecCase& c) {
   std::vector<Trace> alone;
   for (const auto& p : prompts) alone.push_back(RunAlone(*lm, plain, p, max_tokens));
   int64_t accepted = 0, drafted = 0;
-  for (int64_t k = kSanitized ? 2 : 1; k <= (kSanitized ? 2 : kMaxSpeculativeTokens); ++k) {
+  // "auto": drafts sized by measured cost, so any mix of 0 .. 4 per request and step.
+  const std::vector<std::string> ks =
+      kSanitized ? std::vector<std::string>{"2", "auto"}
+                 : std::vector<std::string>{"1", "2", "3", "4", "auto"};
+  for (const std::string& k : ks) {
     Result<SpecConfig> spec = ParseSpecFlag(fmt::format("{}:{}", c.spec, k));
     CHECK(spec.ok());
     EngineConfig roomy = plain;

@@ -207,6 +207,45 @@ TEST(HybridPrefixCacheTest, PreemptionAbortAndSharersMatchUncached) {
   }
 }
 
+// Speculative decoding: a verify step whose accepted drafts run past a checkpoint position leaves
+// the state there in a draft's slot; it is checkpointed from that slot, so the next turn resumes
+// there (not from an older checkpoint). The default model has a trained MTP head
+// (most drafts accepted); over six conversations some cross position 64 inside an accepted run.
+TEST(HybridPrefixCacheTest, AcceptedDraftsPastACheckpointPositionAreCheckpointed) {
+  auto lm = LoadModel(MOESERVE_DEFAULT_MODEL_DIR);
+  ASSERT_TRUE(lm);
+  const int64_t V = lm->config().vocab_size;
+  EngineConfig cached = Cached(256);
+  cached.spec = *ParseSpecFlag("mtp:3");
+  cached.spec.min_acceptance = 0;
+  // Checkpoints every 512 prompt tokens (the default): a chunk, and so a verify step, is not cut
+  // at 64 (Cached's interval would cut it there and never cross).
+  cached.state_checkpoint_interval = 512;
+  EngineConfig uncached = cached;
+  uncached.enable_prefix_caching = false;
+  for (uint32_t seed = 0; seed < 6; ++seed) {
+    SCOPED_TRACE(seed);
+    auto engine = Engine::Create(*lm, cached);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    const std::vector<int32_t> prompt = RandomPrompt(20, 300 + seed, V);
+    const Trace first = RunAll(**engine, {prompt}, 70)[0];  // the output ends past position 64
+    const std::vector<int32_t> next =
+        Concat(Concat(prompt, first.tokens), RandomPrompt(9, 400 + seed, V));
+    const int64_t before = (*engine)->cache_manager().prefix_cache_hits();
+    const Trace got = RunAll(**engine, {next}, 6, 0, nullptr, GreedyWithLogits(6))[0];
+    EXPECT_EQ((*engine)->cache_manager().prefix_cache_hits() - before, kAlign);
+    // The checkpoint holds the state decoding reached token by token, which a prefill from
+    // scratch computes chunk-wise: the same tokens, logits within float rounding.
+    auto fresh = Engine::Create(*lm, uncached);
+    ASSERT_TRUE(fresh.ok());
+    const Trace want = RunAll(**fresh, {next}, 6, 0, nullptr, GreedyWithLogits(6))[0];
+    ASSERT_EQ(got.tokens, want.tokens);
+    for (size_t s = 0; s < want.logits.size(); ++s) {
+      EXPECT_LE(MaxRelError(got.logits[s], want.logits[s]), 1e-4) << "output " << s;
+    }
+  }
+}
+
 // Over --tp 2 and --tp 2 --ep local ranks: the checkpoint copies run on every rank's shard of the
 // state, and a resumed request gives one rank's scratch tokens and logits (<= 1e-5).
 TEST(HybridPrefixCacheTest, ResumesOverRanks) {

@@ -404,7 +404,11 @@ int64_t KvCacheManager::CheckpointChunkEnd(const Request& r, int64_t first_pos,
 }
 
 bool KvCacheManager::MaybeCheckpoint(Request& r, int64_t state_pos) {
-  if (config_.num_checkpoints == 0 || r.state_slot < 0 || r.skip_prefix_cache ||
+  return MaybeCheckpoint(r, state_pos, r.state_slot);
+}
+
+bool KvCacheManager::MaybeCheckpoint(Request& r, int64_t state_pos, int32_t slot) {
+  if (config_.num_checkpoints == 0 || slot < 0 || r.skip_prefix_cache ||
       !IsCheckpointPosition(r, state_pos)) {
     return false;
   }
@@ -431,7 +435,7 @@ bool KvCacheManager::MaybeCheckpoint(Request& r, int64_t state_pos) {
   blocks_[id].checkpoint = c;
   ++num_attached_checkpoints_;
   LruPushTail(c);
-  pending_copies_.push_back({r.state_slot, CheckpointSlot(c)});
+  pending_copies_.push_back({slot, CheckpointSlot(c)});
   if (state_pos > r.num_prompt_tokens()) {
     // Decoding moved on: the request's previous output checkpoint goes first when room is short.
     const int32_t prev = r.output_checkpoint;

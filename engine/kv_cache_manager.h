@@ -95,8 +95,10 @@ class KvCacheManager {
   // Hybrid models, after a step (and CacheFullBlocks): r's state slot holds the state after
   // `state_pos` tokens. When that position is one a checkpoint is kept at and the block ending
   // there is cached without one, takes a checkpoint slot (evicting the least recently used) and
-  // queues the copy. Returns whether it did.
+  // queues the copy. Returns whether it did. `slot`: the state slot holding that state when it is
+  // not r's own (a verify step's state after an accepted draft, in one of r.spec_state_slots).
   bool MaybeCheckpoint(Request& r, int64_t state_pos);
+  bool MaybeCheckpoint(Request& r, int64_t state_pos, int32_t slot);
   // The copies queued since the last call, in order; the engine runs them before the next step.
   const std::vector<StateCopy>& pending_copies() const { return pending_copies_; }
   void ClearPendingCopies() { pending_copies_.clear(); }

@@ -113,6 +113,10 @@ struct Request {
   // drafted (drafting stopped for lack of acceptance probes now and then).
   std::array<float, kMaxSpeculativeTokens> draft_acceptance = {1, 1, 1, 1};
   int32_t steps_without_drafts = 0;
+  // Drafts sized by cost (DraftPolicy): whether the policy has seen the request (it then starts
+  // from the acceptance seen across requests), and whether it stopped drafting for good.
+  bool draft_policy_seen = false;
+  bool drafts_stopped = false;
 
   int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }
   int64_t num_output_tokens() const { return static_cast<int64_t>(output_token_ids.size()); }

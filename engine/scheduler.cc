@@ -289,6 +289,13 @@ const std::vector<Request*>& Scheduler::Update(const SchedulerOutput& out, const
     }
     cache_.CacheFullBlocks(r);
     // Before Finish frees the state slot: the copy runs before anything can write it again.
+    // Accepted drafts may have run past a checkpoint position: the states after the last token
+    // and each accepted draft but the last are in r's spec slots (ModelRunner swapped the last
+    // one in), in order of position.
+    for (int64_t q = state_pos - accepted; q < state_pos && !r.spec_state_slots.empty(); ++q) {
+      const int64_t j = q == state_pos - accepted ? accepted - 1 : q - (state_pos - accepted) - 1;
+      cache_.MaybeCheckpoint(r, q, r.spec_state_slots[j]);
+    }
     cache_.MaybeCheckpoint(r, state_pos);
     if (reason != FinishReason::kNone) {
       Finish(r, reason);

@@ -59,7 +59,6 @@ float SharedGate(const MoeWeights& w, const float* x_row, int64_t H) {
 // expert's rows `shared` (may be empty) run joined with the first group of experts.
 void RoutedExperts(const LayerContext& ctx, const MoeWeights& w, const float* x, int64_t T,
                    const int32_t* ids, const float* weights, SharedRows shared, float* out) {
-  trace::Scope scope(shared.count() > 0 ? "experts_and_shared" : "routed_experts");
   const io::ModelConfig& c = ctx.config;
   Scratch& s = ctx.scratch;
   const int64_t H = c.hidden_size, E = c.num_experts, k = c.num_experts_per_tok;
@@ -78,6 +77,12 @@ void RoutedExperts(const LayerContext& ctx, const MoeWeights& w, const float* x,
   }
   for (int64_t e = E; e > 0; --e) offsets[e] = offsets[e - 1];  // back to starts
   offsets[0] = 0;
+  // The trace names how many experts the step read (a verify step of 1 + K tokens reads the
+  // union of their choices: scripts/trace_summary.py --experts).
+  int64_t experts_read = 0;
+  for (int64_t e = 0; e < E; ++e) experts_read += offsets[e + 1] > offsets[e] ? 1 : 0;
+  trace::Scope scope(shared.count() > 0 ? "experts_and_shared" : "routed_experts", "experts",
+                     experts_read);
 
   // The experts run in groups of up to kMoeGroupRows (token, expert) rows (a single expert with
   // more rows is a group of its own), each group with one join per projection for all of its

@@ -5,16 +5,20 @@
 // its SpecConfig names.
 //
 // Shared by both: drafting pauses while more requests run than SpecConfig::disable_batch_size,
-// and each request drafts at most its budget (DraftBudget below). Every buffer is sized at
-// construction, so proposing allocates nothing.
+// and each request drafts at most its budget: K cut by its running acceptance (DraftBudget
+// below), or under "auto" what DraftPolicy (draft_policy.h) finds pays, from the step times the
+// engine reports (RecordStep). Every buffer is sized at construction, so proposing allocates
+// nothing.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/spec_decode/draft_policy.h"
 #include "engine/spec_decode/spec_config.h"
 
 namespace moeserve::engine {
@@ -37,8 +41,12 @@ class DraftProposer {
   // which the runner left at no drafts, marking each request's. A request that emitted nothing
   // drafts nothing.
   void Propose(const SchedulerOutput& out, StepOutput& step);
+  // The step `out` took `nanos`, this step's Propose included (drafts sized by cost measure
+  // their steps; other proposers ignore it).
+  void RecordStep(const SchedulerOutput& out, int64_t nanos);
 
   const SpecConfig& spec() const { return spec_; }
+  const DraftPolicy* policy() const { return policy_ ? &*policy_ : nullptr; }
 
  protected:
   DraftProposer(const SpecConfig& spec, const ProposerLimits& limits);
@@ -53,15 +61,21 @@ class DraftProposer {
   const ProposerLimits& limits() const { return limits_; }
 
  private:
-  // Drafts request s may propose: K, capped so the next verify stays within max_tokens and
-  // max_model_len, then by its running acceptance (SpecConfig::min_acceptance). 0 when it
-  // emitted nothing.
+  // Drafts request s may propose at most: K, capped so the next verify stays within max_tokens
+  // and max_model_len. 0 when it emitted nothing or stopped drafting.
+  int64_t DraftLimit(const ScheduledRequest& s, int64_t num_emitted) const;
+  // DraftLimit cut by the request's running acceptance (SpecConfig::min_acceptance).
   int64_t DraftBudget(const ScheduledRequest& s, int64_t num_emitted);
 
   SpecConfig spec_;
   ProposerLimits limits_;
   int64_t max_seqs_ = 0;
   std::vector<int32_t> budget_;  // [seqs]
+  // Drafts sized by cost only: the policy, its inputs, and this step's drafting time.
+  std::optional<DraftPolicy> policy_;
+  std::vector<Request*> requests_;  // [seqs]
+  std::vector<int32_t> limit_;      // [seqs]
+  int64_t propose_nanos_ = 0, propose_passes_ = 0;  // this step's drafting: time, deepest draft
 };
 
 }  // namespace moeserve::engine

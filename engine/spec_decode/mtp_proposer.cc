@@ -42,7 +42,8 @@ void MtpProposer::ProposeWithin(const SchedulerOutput& out, std::span<const int3
     const Request& r = *s.request;
     const std::span<const int32_t> emitted = step.tokens_of(i);
     const int64_t accepted = emitted.empty() ? 0 : static_cast<int64_t>(emitted.size()) - 1;
-    const int64_t valid = s.num_new_tokens - s.num_draft_tokens + accepted;
+    // A request that stopped drafting for good (DraftPolicy) needs no MTP KV cache any more.
+    const int64_t valid = r.drafts_stopped ? 0 : s.num_new_tokens - s.num_draft_tokens + accepted;
     for (int64_t j = 0; j < valid; ++j, ++T) {
       const int64_t pos = s.first_pos + j;
       tokens_[T] =
@@ -63,6 +64,7 @@ void MtpProposer::ProposeWithin(const SchedulerOutput& out, std::span<const int3
   const model::TokenBatch first{
       T,        tokens_.data(),      positions_.data(),    seq_of_.data(),
       num_seqs, query_start_.data(), block_tables_.data(), target.state_slots};
+  if (T == 0) return;  // every request stopped drafting: no drafts (the runner's draft_start)
   const float* head_hidden = head_.RunMtpHead(first, hidden_in_.data(), logits_rows_.data(),
                                               num_drafting, pass_drafts_.data());
   for (int64_t d = 0; d < num_drafting; ++d) drafts_[d * K] = pass_drafts_[d];

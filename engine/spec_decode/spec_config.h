@@ -16,11 +16,16 @@ enum class SpecMethod {
   kNone,
   kMtp,    // the model's MTP head, chained K times (vLLM's "mtp")
   kNgram,  // prompt lookup in the request's own tokens (vLLM's "ngram")
+  kAuto,   // the flag's default: mtp:auto on a model with an MTP head, else none (ResolveSpec)
 };
 
 struct SpecConfig {
   SpecMethod method = SpecMethod::kNone;
   int64_t num_speculative_tokens = 0;  // K: drafts per step, 1 .. kMaxSpeculativeTokens
+  // "mtp:auto" / "ngram:auto": each step's drafts, 0 .. K (= kMaxSpeculativeTokens), chosen by
+  // expected tokens per second (DraftPolicy, draft_policy.h) instead of the fixed K and the
+  // min_acceptance cut.
+  bool sized_by_cost = false;
   // ngram: the longest suffix of 1 .. max tokens found earlier wins, if at least min long
   // (vLLM's prompt_lookup_min / prompt_lookup_max).
   int64_t prompt_lookup_min = 2;
@@ -37,15 +42,18 @@ struct SpecConfig {
   static constexpr int32_t kProbeInterval = 8;
   static constexpr float kAcceptanceSmoothing = 0.25f;  // weight of the newest verify step
 
-  bool enabled() const { return method != SpecMethod::kNone; }
+  bool enabled() const { return method != SpecMethod::kNone && method != SpecMethod::kAuto; }
   // Positions beyond a request's last verified token the drafter writes KV at: the MTP chain's
   // steps 2 .. K run one position further each.
   int64_t lookahead() const { return method == SpecMethod::kMtp ? num_speculative_tokens - 1 : 0; }
 };
 
-// "mtp:K" | "ngram:K" (K in 1 .. 4) | "none" -> method and K; other fields keep their defaults.
+// "mtp:K" | "ngram:K" (K in 1 .. 4) | "mtp:auto" | "ngram:auto" | "auto" | "none" -> method, K
+// and sized_by_cost; other fields keep their defaults.
 Result<SpecConfig> ParseSpecFlag(std::string_view text);
-// "mtp:3", "ngram:2", "none".
+// "auto" made concrete for a model: mtp:auto when it has MTP layers, else none. Others as given.
+SpecConfig ResolveSpec(const SpecConfig& spec, bool model_has_mtp);
+// "mtp:3", "ngram:auto", "none", "auto".
 std::string SpecName(const SpecConfig& spec);
 
 }  // namespace moeserve::engine

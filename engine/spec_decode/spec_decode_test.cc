@@ -26,8 +26,21 @@ TEST(SpecFlagTest, ParsesMethodsAndK) {
   EXPECT_EQ(ngram->method, SpecMethod::kNgram);
   EXPECT_EQ(ngram->lookahead(), 0);
   EXPECT_FALSE(ParseSpecFlag("none")->enabled());
+  // Sized by cost: up to kMaxSpeculativeTokens; "auto" is mtp:auto on a model with an MTP head.
+  Result<SpecConfig> sized = ParseSpecFlag("ngram:auto");
+  ASSERT_TRUE(sized.ok());
+  EXPECT_TRUE(sized->sized_by_cost);
+  EXPECT_EQ(sized->num_speculative_tokens, kMaxSpeculativeTokens);
+  EXPECT_EQ(SpecName(*sized), "ngram:auto");
+  Result<SpecConfig> automatic = ParseSpecFlag("auto");
+  ASSERT_TRUE(automatic.ok());
+  EXPECT_FALSE(automatic->enabled());  // until resolved for a model
+  EXPECT_EQ(SpecName(ResolveSpec(*automatic, true)), "mtp:auto");
+  EXPECT_EQ(ResolveSpec(*automatic, true).lookahead(), kMaxSpeculativeTokens - 1);
+  EXPECT_FALSE(ResolveSpec(*automatic, false).enabled());
+  EXPECT_EQ(SpecName(ResolveSpec(*ParseSpecFlag("mtp:2"), false)), "mtp:2");  // as given
   for (const char* bad : {"mtp", "mtp:", "mtp:0", "mtp:5", "mtp:2x", "eagle:2", "ngram:-1",
-                          "mtp:99999999999999999999"}) {
+                          "mtp:99999999999999999999", "auto:2", "mtp:Auto", "mtp:auto ", "AUTO"}) {
     Result<SpecConfig> r = ParseSpecFlag(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().message().find("--spec"), std::string::npos) << r.status().message();
