@@ -2,7 +2,7 @@
 # docs/performance.md's decode / prefill tables on both instruction sets and every weight format:
 # `bench latency` (bandwidth measured in the same run) for each --isa x --weight-dtype, then the
 # ablation at batch 1 on each instruction set: on MODEL_DIR (random weights: an MTP head there
-# drafts nothing useful, so without --spec) and on the default model with its trained MTP head.
+# drafts nothing useful, so --spec none) and on the default model with its trained MTP head.
 #   scripts/bench_decode.sh [MODEL_DIR] [BATCH_SIZES]
 # MODEL_DIR defaults to the bench preset in /tmp/bench (made if missing), BATCH_SIZES to 1,4,8.
 # ISAS="native avx2" (native: the best target this CPU runs, e.g. avx3_dl) and
@@ -34,7 +34,7 @@ for round in $(seq 1 "$rounds"); do
       [ "$rounds" = 1 ] || name+="_r$round"
       echo "== $isa ${flags[*]} (round $round of $rounds)"
       "$bin" bench latency --model "$model" --batch-size "$batches" --input-len 128 \
-        --output-len 64 "${isa_flag[@]}" "${flags[@]}" ${EXTRA:-} --json "$name.json"
+        --output-len 64 --spec none "${isa_flag[@]}" "${flags[@]}" ${EXTRA:-} --json "$name.json"
     done
   done
 done
@@ -44,7 +44,7 @@ for isa in ${ISAS:-native avx2}; do
   [ "${ABLATION:-1}" = 1 ] || continue
   echo "== $isa ablation"
   "$bin" bench latency --model "$model" --batch-size 1,8 --input-len 128 --output-len 64 \
-    "${isa_flag[@]}" --ablation --json "$out/bench_${isa}_ablation.json" \
+    --spec none "${isa_flag[@]}" --ablation --json "$out/bench_${isa}_ablation.json" \
     --report "$out/bench_${isa}_ablation.html"
   echo "== $isa ablation, default model, --spec mtp:1"
   "$bin" bench latency --batch-size 1,8 --input-len 128 --output-len 128 "${isa_flag[@]}" \

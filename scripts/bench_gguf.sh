@@ -28,7 +28,7 @@ for round in $(seq 1 "${ROUNDS:-3}"); do
       name=$(basename "$file" .gguf)
       echo "== round $round, $isa, $name: moeserve"
       "$bin" bench latency --model "$file" --threads "$threads" --input-len 128 --output-len 64 \
-        "${isa_flag[@]}" ${EXTRA:-} --json "$out/moeserve_${isa}_${name}_r$round.json" |
+        --spec none "${isa_flag[@]}" ${EXTRA:-} --json "$out/moeserve_${isa}_${name}_r$round.json" |
         tail -n 1
       echo "== round $round, $isa, $name: llama.cpp"
       "$llama/llama-bench" -m "$file" -t "$threads" -p 128 -n 64 -r 1 -o json \

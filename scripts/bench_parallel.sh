@@ -11,7 +11,7 @@ OUT=${2:-/tmp/moeserve-bench-parallel}
 mkdir -p "$OUT"
 [[ -f "$MODEL/config.json" ]] || "$BIN" make-model --preset bench --out "$MODEL"
 LINK=${LINK:-5,10}  # --comm-sim: 5 us, 10 GB/s
-COMMON="--model $MODEL --input-len 64 --output-len 24"
+COMMON="--model $MODEL --input-len 64 --output-len 24 --spec none"
 
 run() {  # name, flags...
   local name=$1; shift
