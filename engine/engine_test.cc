@@ -387,14 +387,8 @@ TEST(EngineTest, MaxModelLenCapsGeneration) {
 
 // ---- speculative decoding --------------------------------------------------------------------
 
-// Under AddressSanitizer (a Debug build, many times slower) the speculative matrix below runs one
-// K: that pass looks for memory errors on every path, which one K already takes; the Release pass
-// runs all of it.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
+// Under AddressSanitizer (kSanitized) the speculative matrix below runs one K and auto: that pass
+// looks for memory errors on every path, which one K already takes; the Release pass runs all of it.
 
 // Prompts a prompt-lookup drafter finds matches in: a random phrase repeated, then a tail.
 std::vector<std::vector<int32_t>> RepetitivePrompts(int64_t vocab) {

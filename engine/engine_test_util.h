@@ -26,6 +26,14 @@ namespace moeserve::engine::test_util {
 
 namespace fs = std::filesystem;
 
+// Under AddressSanitizer (a Debug build, many times slower) the longest tests run a part of their
+// matrix: enough to take every path once.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 inline const std::string kHybridDir = MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
 
 inline std::unique_ptr<model::CausalLm> LoadModel(

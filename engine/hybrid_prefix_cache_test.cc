@@ -210,7 +210,8 @@ TEST(HybridPrefixCacheTest, PreemptionAbortAndSharersMatchUncached) {
 // Speculative decoding: a verify step whose accepted drafts run past a checkpoint position leaves
 // the state there in a draft's slot; it is checkpointed from that slot, so the next turn resumes
 // there (not from an older checkpoint). The default model has a trained MTP head
-// (most drafts accepted); over six conversations some cross position 64 inside an accepted run.
+// (most drafts accepted); over six conversations (three under the sanitizers) some cross position
+// 64 inside an accepted run (without the slot copy, five of the six resume from nothing).
 TEST(HybridPrefixCacheTest, AcceptedDraftsPastACheckpointPositionAreCheckpointed) {
   auto lm = LoadModel(MOESERVE_DEFAULT_MODEL_DIR);
   ASSERT_TRUE(lm);
@@ -223,7 +224,7 @@ TEST(HybridPrefixCacheTest, AcceptedDraftsPastACheckpointPositionAreCheckpointed
   cached.state_checkpoint_interval = 512;
   EngineConfig uncached = cached;
   uncached.enable_prefix_caching = false;
-  for (uint32_t seed = 0; seed < 6; ++seed) {
+  for (uint32_t seed = 0; seed < (kSanitized ? 3 : 6); ++seed) {
     SCOPED_TRACE(seed);
     auto engine = Engine::Create(*lm, cached);
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();
