@@ -99,9 +99,14 @@ Result<EngineLayout> ResolveLayout(const io::ModelConfig& c, const EngineConfig&
                              l.spec.min_acceptance);
     }
   }
-  // A verify run keeps the GDN state after each draft in a slot of its own (K per request).
-  const int64_t spec_slots = l.spec.enabled() ? l.spec.num_speculative_tokens : 0;
-  l.num_state_slots = c.is_hybrid() ? e.max_num_seqs * (1 + spec_slots) : 0;
+  // A verify run keeps the GDN state after each draft in a slot of its own: K for each request
+  // that may draft at once (drafting pauses above --spec-disable-batch-size requests).
+  const int64_t drafting = l.spec.disable_batch_size > 0
+                               ? std::min(e.max_num_seqs, l.spec.disable_batch_size)
+                               : e.max_num_seqs;
+  l.num_spec_state_slots =
+      c.is_hybrid() && l.spec.enabled() ? drafting * l.spec.num_speculative_tokens : 0;
+  l.num_state_slots = c.is_hybrid() ? e.max_num_seqs + l.num_spec_state_slots : 0;
 
   const int64_t per_block = KvBytesPerBlock(c, e.block_size);
   const int64_t blocks_per_request = CeilDiv(l.max_model_len, e.block_size);
@@ -190,6 +195,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(model::ModelGroup& group,
       .block_size = layout.block_size,
       .num_state_slots = layout.num_state_slots,
       .spec_state_slots_per_request = layout.num_state_slots > 0 ? K : 0,
+      .num_spec_state_slots = layout.num_spec_state_slots,
       .max_blocks_per_request = blocks_per_request,
       .enable_prefix_caching = layout.prefix_caching,
       .num_checkpoints = layout.num_checkpoints,
@@ -222,7 +228,8 @@ Engine::Engine(model::ModelGroup& group, const EngineLayout& layout,
   layout_.state_bytes = runner_->cache().state_bytes();
   const ProposerLimits limits{.max_num_seqs = runner.max_num_seqs,
                               .max_num_batched_tokens = runner.max_num_batched_tokens,
-                              .max_model_len = runner.max_model_len};
+                              .max_model_len = runner.max_model_len,
+                              .drafts_need_state_slots = layout.num_state_slots > 0};
   switch (runner.spec.method) {
     case SpecMethod::kNone:
     case SpecMethod::kAuto:  // resolved by Create

@@ -55,7 +55,8 @@ struct EngineLayout {
   int64_t max_model_len = 0;
   int64_t num_blocks = 0;
   int64_t block_size = 0;
-  int64_t num_state_slots = 0;
+  int64_t num_state_slots = 0;       // GDN state slots: one per running request, then the drafts'
+  int64_t num_spec_state_slots = 0;  // of those, the drafts' (K per request that may draft at once)
   int64_t kv_bytes = 0;
   int64_t state_bytes = 0;
   int64_t prefill_alignment = 1;

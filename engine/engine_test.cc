@@ -411,8 +411,9 @@ struct SpecCase {
 
 // Greedy output with drafts equals greedy output without, token for token, and every emitted
 // token's logits are bit-identical to decoding without speculation (docs/design.md principle 2):
-// for K = 1..4 and auto, a request alone, eight at once, eight arriving one every 3 steps, and a 64-token
-// budget that chunks prompts and trims drafts. Returns the drafts accepted and verified.
+// for K = 1..4 and auto, a request alone, eight at once, eight arriving one every 3 steps (also with
+// drafting paused above 3, so fewer draft slot sets than requests), and a 64-token budget that
+// chunks prompts and trims drafts. Returns the drafts accepted and verified.
 std::pair<int64_t, int64_t> ExpectSpecEqualsPlain(const SpecCase& c) {
   auto lm = LoadModel(c.model);
   EXPECT_TRUE(lm);
@@ -435,12 +436,17 @@ std::pair<int64_t, int64_t> ExpectSpecEqualsPlain(const SpecCase& c) {
     roomy.spec.disable_batch_size = 0;  // draft in batches of eight too
     EngineConfig tight = roomy;
     tight.max_num_batched_tokens = 64;
+    // Drafting paused above 3 requests: 3 sets of draft state slots for 8 requests, so some
+    // draft-eligible requests hold none and draft nothing until a set frees.
+    EngineConfig few_sets = roomy;
+    few_sets.spec.disable_batch_size = 3;
     for (size_t i = 0; i < prompts.size(); i += 3) {
       ExpectBitIdentical(RunAlone(*lm, roomy, prompts[i], max_tokens), alone[i],
                          fmt::format("{} K={} alone request {}", c.name, k, i));
     }
     for (const auto& [config, stagger] :
-         {std::pair{roomy, int64_t{0}}, std::pair{roomy, int64_t{3}}, std::pair{tight, int64_t{0}}}) {
+         {std::pair{roomy, int64_t{0}}, std::pair{roomy, int64_t{3}}, std::pair{tight, int64_t{0}},
+          std::pair{few_sets, int64_t{3}}}) {
       auto engine = Engine::Create(*lm, config);
       CHECK(engine.ok()) << engine.status().ToString();
       const std::vector<Trace> batched = RunAll(**engine, prompts, max_tokens, stagger);

@@ -38,10 +38,13 @@ KvCacheManager::KvCacheManager(const KvCacheConfig& config) : config_(config) {
   blocks_.resize(config.num_blocks);
   for (int32_t id = 0; id < config.num_blocks; ++id) PushFreeTail(id);
 
-  // Slot 0 is handed out first.
+  // Slot 0 is handed out first; the last num_spec_state_slots are the drafts'.
+  CHECK(config.num_spec_state_slots >= 0 && config.num_spec_state_slots <= config.num_state_slots);
+  const int64_t main_slots = config.num_state_slots - config.num_spec_state_slots;
   free_state_slots_.reserve(config.num_state_slots);
+  free_spec_slots_.reserve(config.num_spec_state_slots);
   for (int64_t slot = config.num_state_slots - 1; slot >= 0; --slot) {
-    free_state_slots_.push_back(static_cast<int32_t>(slot));
+    (slot < main_slots ? free_state_slots_ : free_spec_slots_).push_back(static_cast<int32_t>(slot));
   }
 
   CHECK_GE(config.num_checkpoints, 0);
@@ -132,22 +135,24 @@ bool KvCacheManager::Allocate(Request& r, int64_t num_new_tokens) {
       << "request " << r.id << " would outgrow max_blocks_per_request";
   const int64_t new_blocks =
       std::max<int64_t>(0, blocks_needed - static_cast<int64_t>(r.block_ids.size()));
-  const bool needs_state_slots = config_.num_state_slots > 0 && r.state_slot < 0;
-  const int64_t slots_per_request = 1 + config_.spec_state_slots_per_request;
+  const bool needs_state_slot = config_.num_state_slots > 0 && r.state_slot < 0;
 
   // All or nothing: check everything before taking anything.
   if (new_blocks > num_free_blocks_) return false;
-  if (needs_state_slots && static_cast<int64_t>(free_state_slots_.size()) < slots_per_request) {
-    return false;
-  }
+  if (needs_state_slot && free_state_slots_.empty()) return false;
 
   for (int64_t i = 0; i < new_blocks; ++i) r.block_ids.push_back(TakeFreeBlock());
-  if (needs_state_slots) {
+  if (needs_state_slot) {
     r.state_slot = free_state_slots_.back();
     free_state_slots_.pop_back();
-    for (int64_t i = 1; i < slots_per_request; ++i) {
-      r.spec_state_slots.push_back(free_state_slots_.back());
-      free_state_slots_.pop_back();
+  }
+  // Draft slots: a whole set or none (then no drafts: DraftProposer's limit).
+  const int64_t K = config_.spec_state_slots_per_request;
+  if (r.state_slot >= 0 && K > 0 && r.spec_state_slots.empty() &&
+      static_cast<int64_t>(free_spec_slots_.size()) >= K) {
+    for (int64_t i = 0; i < K; ++i) {
+      r.spec_state_slots.push_back(free_spec_slots_.back());
+      free_spec_slots_.pop_back();
     }
   }
   return true;
@@ -164,12 +169,14 @@ void KvCacheManager::Free(Request& r) {
   r.block_ids.clear();  // keeps the capacity reserved at admission
 
   if (r.state_slot >= 0) {
-    // Extra slots first, so the request's main slot is the next one handed out.
+    // Slots are alike: a verify step may have traded the request's slot with a draft's, so the
+    // pools keep their sizes, not their ids.
     for (auto it = r.spec_state_slots.rbegin(); it != r.spec_state_slots.rend(); ++it) {
-      free_state_slots_.push_back(*it);
+      free_spec_slots_.push_back(*it);
     }
     r.spec_state_slots.clear();
-    CHECK_LE(static_cast<int64_t>(free_state_slots_.size()), config_.num_state_slots - 1)
+    CHECK_LE(static_cast<int64_t>(free_state_slots_.size()),
+             config_.num_state_slots - config_.num_spec_state_slots - 1)
         << "state slot " << r.state_slot << " freed twice";
     free_state_slots_.push_back(r.state_slot);
     r.state_slot = -1;
@@ -513,7 +520,8 @@ double KvCacheManager::usage() const {
   return static_cast<double>(num_used_blocks()) / static_cast<double>(config_.num_blocks);
 }
 int64_t KvCacheManager::num_used_state_slots() const {
-  return config_.num_state_slots - static_cast<int64_t>(free_state_slots_.size());
+  return config_.num_state_slots - static_cast<int64_t>(free_state_slots_.size()) -
+         static_cast<int64_t>(free_spec_slots_.size());
 }
 int64_t KvCacheManager::num_cached_blocks() const { return num_cached_blocks_; }
 int64_t KvCacheManager::prefix_cache_queries() const { return prefix_cache_queries_; }

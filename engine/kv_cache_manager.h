@@ -38,9 +38,13 @@ struct KvCacheConfig {
   int64_t num_blocks = 0;              // KV blocks in the pool (>= 1)
   int64_t block_size = 16;             // token positions per block
   int64_t num_state_slots = 0;         // GDN state slots; 0 for models without GDN layers
-  // Speculative decoding on a hybrid model: a running request also holds this many extra state
-  // slots, where a verify run keeps the state after each draft (model/cache.h, verify_slots).
+  // Speculative decoding on a hybrid model: a request that drafts also holds this many extra
+  // state slots, where a verify run keeps the state after each draft (model/cache.h,
+  // verify_slots). They come from the last num_spec_state_slots of num_state_slots, K at a time:
+  // enough for the requests that draft at once (drafting pauses above --spec-disable-batch-size),
+  // so a request finding fewer than K free runs without drafts until a set frees.
   int64_t spec_state_slots_per_request = 0;
+  int64_t num_spec_state_slots = 0;
   int64_t max_blocks_per_request = 0;  // cdiv(max_model_len, block_size)
   bool enable_prefix_caching = false;
   // Hybrid models: GDN state checkpoints (0: none, so no prefix hits). Checkpoint c lives in
@@ -78,8 +82,9 @@ class KvCacheManager {
   int64_t TakeCachedPrefix(Request& r);
 
   // Ensures r holds blocks for positions [0, r.num_computed_tokens + num_new_tokens), and its
-  // state slots (1 + spec_state_slots_per_request) when the model has GDN layers. Returns
-  // false, taking nothing, when the pool cannot supply them (the caller preempts or waits).
+  // state slot when the model has GDN layers. Returns false, taking nothing, when the pool cannot
+  // supply them (the caller preempts or waits). Also hands r a set of
+  // spec_state_slots_per_request draft slots when it has none and a set is free (optional).
   bool Allocate(Request& r, int64_t num_new_tokens);
 
   // Publishes r's blocks that are full and computed -- positions < num_computed_tokens -- in the
@@ -211,6 +216,7 @@ class KvCacheManager {
   size_t table_mask_ = 0;
   int64_t num_cached_blocks_ = 0;
   std::vector<int32_t> free_state_slots_;  // stack; the next slot handed out is at the back
+  std::vector<int32_t> free_spec_slots_;   // likewise, the drafts' slots
   int64_t prefix_cache_queries_ = 0;
   int64_t prefix_cache_hits_ = 0;
   // Checkpoints: [num_checkpoints], free ones on a stack, unpinned ones in use on an LRU list.

@@ -68,6 +68,7 @@ void DraftProposer::RecordStep(const SchedulerOutput& out, int64_t nanos) {
 int64_t DraftProposer::DraftLimit(const ScheduledRequest& s, int64_t num_emitted) const {
   const Request& r = *s.request;
   if (num_emitted == 0 || r.drafts_stopped) return 0;
+  if (limits_.drafts_need_state_slots && r.spec_state_slots.empty()) return 0;
   const int64_t num_tokens = r.num_tokens() + num_emitted;
   const int64_t remaining = r.stop.max_tokens - (r.num_output_tokens() + num_emitted);
   // The next step emits at most drafts + 1 tokens and verifies positions up to

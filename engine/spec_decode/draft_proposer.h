@@ -28,6 +28,9 @@ struct ProposerLimits {
   int64_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
   int64_t max_model_len = 0;
+  // A hybrid model verifies drafts into a request's draft state slots: a request holding none
+  // (KvCacheManager hands out a set while one is free) drafts nothing.
+  bool drafts_need_state_slots = false;
 };
 
 class DraftProposer {

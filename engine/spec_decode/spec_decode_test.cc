@@ -86,6 +86,7 @@ class SpecSchedulerTest : public ::testing::Test {
                       .block_size = 16,
                       .num_state_slots = num_state_slots,
                       .spec_state_slots_per_request = num_state_slots > 0 ? kK : 0,
+                      .num_spec_state_slots = num_state_slots / (1 + kK) * kK,
                       .max_blocks_per_request = 64});
     scheduler_ = std::make_unique<Scheduler>(SchedulerConfig{.max_num_seqs = 8,
                                                              .max_num_batched_tokens = budget,
@@ -200,6 +201,36 @@ TEST_F(SpecSchedulerTest, MaxTokensIsNeverExceeded) {
   EXPECT_TRUE(r.finished());
   EXPECT_EQ(r.finish_reason, FinishReason::kLength);
   EXPECT_EQ(r.output_token_ids.size(), 3u);
+}
+
+// Draft slots come in sets of K from their own pool, enough for the requests that draft at once:
+// a request finding none runs without (and drafts nothing), and takes a set once one frees.
+TEST(SpecStateSlotsTest, DraftSlotsAreHandedOutWhileASetIsFree) {
+  constexpr int64_t kK = 3;
+  KvCacheManager cache(KvCacheConfig{.num_blocks = 100,
+                                     .block_size = 16,
+                                     .num_state_slots = 3 + 2 * kK,  // 3 requests, 2 drafting
+                                     .spec_state_slots_per_request = kK,
+                                     .num_spec_state_slots = 2 * kK,
+                                     .max_blocks_per_request = 64});
+  std::vector<Request> requests(4);
+  for (Request& r : requests) r.prompt_token_ids.assign(10, kFiller);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(cache.Allocate(requests[i], 10)) << i;
+  EXPECT_EQ(requests[0].spec_state_slots.size(), static_cast<size_t>(kK));
+  EXPECT_EQ(requests[1].spec_state_slots.size(), static_cast<size_t>(kK));
+  EXPECT_TRUE(requests[2].spec_state_slots.empty());
+  EXPECT_GE(requests[2].state_slot, 0);
+  EXPECT_FALSE(cache.Allocate(requests[3], 10));  // no main slot left
+  EXPECT_EQ(cache.num_used_state_slots(), 3 + 2 * kK);
+  // A verify step traded request 0's slot with a draft's: the pools keep their sizes.
+  std::swap(requests[0].state_slot, requests[0].spec_state_slots[0]);
+  cache.Free(requests[0]);
+  ASSERT_TRUE(cache.Allocate(requests[2], 0));  // the running request takes the freed set
+  EXPECT_EQ(requests[2].spec_state_slots.size(), static_cast<size_t>(kK));
+  ASSERT_TRUE(cache.Allocate(requests[3], 10));
+  EXPECT_TRUE(requests[3].spec_state_slots.empty());
+  for (int i = 1; i < 4; ++i) cache.Free(requests[i]);
+  EXPECT_EQ(cache.num_used_state_slots(), 0);
 }
 
 TEST_F(SpecSchedulerTest, LookaheadBlocksAndStateSlots) {
