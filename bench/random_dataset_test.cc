@@ -2,6 +2,7 @@
 // exactly the lengths drawn, lengths stay in vLLM's ranges, no special or added token appears,
 // and a seed gives the same prompts every time.
 #include "bench/random_dataset.h"
+#include "core/test_paths.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,6 @@
 // docs/cli.md is what `moeserve help --markdown` prints: the reference follows the flags.
 #include "cli/cli_reference.h"
+#include "core/test_paths.h"
 
 #include <gtest/gtest.h>
 

@@ -19,6 +19,7 @@
 #include "core/check.h"
 #include "core/heap_counter.h"
 #include "engine/engine_test_util.h"
+#include "core/test_paths.h"
 
 namespace moeserve::engine {
 namespace {

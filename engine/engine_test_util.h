@@ -21,6 +21,7 @@
 #include "core/check.h"
 #include "engine/engine.h"
 #include "model/testing.h"
+#include "core/test_paths.h"
 
 namespace moeserve::engine::test_util {
 
@@ -34,7 +35,7 @@ inline constexpr bool kSanitized = true;
 inline constexpr bool kSanitized = false;
 #endif
 
-inline const std::string kHybridDir = MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
+inline const std::string kHybridDir = MOESERVE_TESTDATA_DIR + "/tiny-qwen3next";
 
 inline std::unique_ptr<model::CausalLm> LoadModel(
     const std::string& dir, std::optional<DType> weight_dtype = std::nullopt) {

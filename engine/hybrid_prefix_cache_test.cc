@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "engine/engine_test_util.h"
+#include "core/test_paths.h"
 
 namespace moeserve::engine {
 namespace {

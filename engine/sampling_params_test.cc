@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tokenizer/tokenizer.h"
+#include "core/test_paths.h"
 
 namespace moeserve::engine {
 namespace {
@@ -289,7 +290,7 @@ TEST(SamplingParamsTest, NormalizeIsIdempotent) {
 class BadWordsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto loaded = tokenizer::Tokenizer::LoadFromDir(MOESERVE_TESTDATA_DIR "/tiny-qwen3next");
+    auto loaded = tokenizer::Tokenizer::LoadFromDir(MOESERVE_TESTDATA_DIR + "/tiny-qwen3next");
     ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
     tokenizer_ = std::move(loaded).value().release();
   }

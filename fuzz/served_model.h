@@ -15,6 +15,7 @@
 #include "server/request_check.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "core/test_paths.h"
 
 namespace moeserve::fuzz {
 

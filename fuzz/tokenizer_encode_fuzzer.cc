@@ -7,12 +7,13 @@
 #include <string_view>
 
 #include "tokenizer/tokenizer.h"
+#include "core/test_paths.h"
 
 using moeserve::tokenizer::Tokenizer;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const Tokenizer* tok = [] {
-    auto loaded = Tokenizer::LoadFromDir(MOESERVE_TESTDATA_DIR "/qwen3-tokenizer");
+    auto loaded = Tokenizer::LoadFromDir(MOESERVE_TESTDATA_DIR + "/qwen3-tokenizer");
     if (!loaded.ok()) {
       std::fprintf(stderr, "%s\n", loaded.status().ToString().c_str());
       std::abort();

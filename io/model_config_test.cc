@@ -1,4 +1,5 @@
 #include "io/model_config.h"
+#include "core/test_paths.h"
 
 #include <gtest/gtest.h>
 
@@ -71,7 +72,7 @@ constexpr char kLlamaConfig[] = R"({
 })";
 
 TEST(ModelConfigTest, ParsesTinyQwen3NextGolden) {
-  Result<ModelConfig> c = LoadModelConfig(MOESERVE_TESTDATA_DIR "/tiny-qwen3next");
+  Result<ModelConfig> c = LoadModelConfig(MOESERVE_TESTDATA_DIR + "/tiny-qwen3next");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->architecture, Architecture::kQwen3Next);
   EXPECT_EQ(c->vocab_size, 512);
@@ -200,7 +201,7 @@ TEST(ModelConfigTest, ArchitectureFromModelTypeWhenArchitecturesAbsent) {
 }
 
 TEST(ModelConfigTest, ExplicitLayerTypesWin) {
-  json j = json::parse(ReadFile(MOESERVE_TESTDATA_DIR "/tiny-qwen3next/config.json"));
+  json j = json::parse(ReadFile(MOESERVE_TESTDATA_DIR + "/tiny-qwen3next/config.json"));
   j["layer_types"] = {"full_attention", "linear_attention", "linear_attention", "full_attention"};
   Result<ModelConfig> c = ParseModelConfig(j.dump());
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -217,7 +218,7 @@ struct BadConfigCase {
 
 TEST(ModelConfigTest, RejectsMalformedConfigsNamingTheProblem) {
   const json base =
-      json::parse(ReadFile(MOESERVE_TESTDATA_DIR "/tiny-qwen3next/config.json"));
+      json::parse(ReadFile(MOESERVE_TESTDATA_DIR + "/tiny-qwen3next/config.json"));
   const std::vector<BadConfigCase> cases = {
       {"unknown architecture", [](json& j) { j["architectures"] = {"GPT2LMHeadModel"}; },
        "GPT2LMHeadModel"},
@@ -329,7 +330,7 @@ void ExpectSameConfig(const ModelConfig& a, const ModelConfig& b) {
 
 TEST(ModelConfigTest, ToJsonRoundTripsEveryArchitecture) {
   std::vector<std::string> texts = {kQwen35Config, kQwen3MoeConfig, kQwen3Config, kLlamaConfig,
-                                    ReadFile(MOESERVE_TESTDATA_DIR "/tiny-qwen3next/config.json")};
+                                    ReadFile(MOESERVE_TESTDATA_DIR + "/tiny-qwen3next/config.json")};
   json causal = json::parse(kQwen35Config)["text_config"];
   causal["architectures"] = {"Qwen3_5MoeForCausalLM"};
   texts.push_back(causal.dump());

@@ -121,6 +121,7 @@ inline std::string Bits(float f) {
 #include "hwy/highway.h"
 #include "hwy/tests/test_util-inl.h"
 #include "kernels/ggml_blocks-inl.h"
+#include "core/test_paths.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace moeserve::kernels::HWY_NAMESPACE {
@@ -542,7 +543,8 @@ TEST(GgmlBlocksNumpyTest, TwinMatchesIndependentReference) {
     cases.push_back({dtype, b, n});
   }
   for (DType dtype : kPlainFormats) cases.push_back({dtype, TestBlocks(rng, dtype, 70000), 70000});
-  std::string command = python + " " MOESERVE_KERNELS_TESTDATA_DIR "/ggml_dequant_reference.py";
+  std::string command =
+      python + " " + MOESERVE_SOURCE_DIR + "/kernels/testdata/ggml_dequant_reference.py";
   for (size_t c = 0; c < cases.size(); ++c) {
     const std::string in = dir + "/" + std::to_string(c) + ".in";
     WriteFile(in, cases[c].bytes);

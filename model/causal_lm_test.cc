@@ -18,6 +18,7 @@
 #include "model/arch/qwen3_next.h"
 #include "model/checkpoint_layout.h"
 #include "model/testing.h"
+#include "core/test_paths.h"
 
 namespace moeserve::model {
 namespace {
@@ -28,7 +29,7 @@ using testing::RowRelError;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const std::string kTinyDir = MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
+const std::string kTinyDir = MOESERVE_TESTDATA_DIR + "/tiny-qwen3next";
 constexpr int64_t kVocab = 512;
 
 std::vector<float> ReadF32(const std::string& path) {

@@ -6,11 +6,12 @@
 
 #include "io/model_config.h"
 #include "io/safetensors.h"
+#include "core/test_paths.h"
 
 namespace moeserve::model {
 namespace {
 
-constexpr char kTinyDir[] = MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
+const std::string kTinyDir = MOESERVE_TESTDATA_DIR + "/tiny-qwen3next";
 
 // The walk lists exactly the tensors of an independently made Qwen3-Next checkpoint: same
 // names, same shapes, nothing missing, nothing extra.

@@ -17,6 +17,7 @@
 #include "model/model_files.h"
 #include "model/testing.h"
 #include "model/weight_bytes.h"
+#include "core/test_paths.h"
 
 namespace moeserve::model {
 namespace {

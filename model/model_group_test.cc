@@ -4,6 +4,7 @@
 // threads, load what one thread does. Runs under ThreadSanitizer in CI.
 #include "model/model_group.h"
 #include "model/testing.h"
+#include "core/test_paths.h"
 
 #include <gtest/gtest.h>
 
@@ -17,7 +18,7 @@ namespace {
 using testing::Argmax;
 using testing::RowRelError;
 
-const std::string kTinyDir = MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
+const std::string kTinyDir = MOESERVE_TESTDATA_DIR + "/tiny-qwen3next";
 
 // A prompt through the group: its logits [T, V], the greedy next token (argmax pairs), and the
 // MTP head's drafts over the prompt (argmax pairs).

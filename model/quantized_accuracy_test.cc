@@ -22,6 +22,7 @@
 
 #include "model/causal_lm.h"
 #include "model/testing.h"
+#include "core/test_paths.h"
 
 namespace moeserve::model {
 namespace {
@@ -38,7 +39,7 @@ constexpr bool kSanitized = true;
 constexpr bool kSanitized = false;
 #endif
 
-const std::string kTinyDir = MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
+const std::string kTinyDir = MOESERVE_TESTDATA_DIR + "/tiny-qwen3next";
 const std::string kDefaultDir = MOESERVE_DEFAULT_MODEL_DIR;
 
 json ReadJson(const std::string& path) {
@@ -104,7 +105,7 @@ struct Accuracy {
 
 TEST(QuantizedAccuracyTest, PackedFormatsAgainstBf16) {
   const json golden = ReadJson(kTinyDir + "/golden.json");
-  const json heldout = ReadJson(MOESERVE_SOURCE_DIR "/tests/data/mtp_heldout_prompts.json");
+  const json heldout = ReadJson(MOESERVE_SOURCE_DIR + "/tests/data/mtp_heldout_prompts.json");
   std::vector<std::vector<int32_t>> prompts;
   for (const json& p : heldout["prompts"]) prompts.push_back(p.get<std::vector<int32_t>>());
   ASSERT_EQ(prompts.size(), 16u);

@@ -22,6 +22,7 @@
 #include "model/shard.h"
 #include "parallel/local_communicator.h"
 #include "model/testing.h"
+#include "core/test_paths.h"
 
 namespace moeserve::model {
 namespace {
@@ -31,7 +32,7 @@ using testing::RowRelError;
 
 namespace fs = std::filesystem;
 
-const std::string kTinyDir = MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
+const std::string kTinyDir = MOESERVE_TESTDATA_DIR + "/tiny-qwen3next";
 
 const std::string& ModelDir(const std::string& arch) {
   return testing::MadeModel("tp_" + arch, fmt::format("--arch {} --preset tiny --seed 11", arch));

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "model/weights.h"
+#include "core/test_paths.h"
 
 namespace moeserve::model::testing {
 

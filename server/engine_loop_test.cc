@@ -12,11 +12,12 @@
 #include <thread>
 
 #include "model/causal_lm.h"
+#include "core/test_paths.h"
 
 namespace moeserve::server {
 namespace {
 
-const std::string kTinyDir = MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
+const std::string kTinyDir = MOESERVE_TESTDATA_DIR + "/tiny-qwen3next";
 
 std::vector<int32_t> Prompt(int i) {
   std::vector<int32_t> p(5 + 3 * i);

@@ -24,6 +24,7 @@
 #include "model/causal_lm.h"
 #include "server/http_server.h"
 #include "tests/server_process.h"
+#include "core/test_paths.h"
 
 namespace moeserve::server {
 namespace {

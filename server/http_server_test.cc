@@ -18,6 +18,7 @@
 #include "io/model_config.h"
 #include "model/causal_lm.h"
 #include "tests/server_process.h"
+#include "core/test_paths.h"
 
 namespace moeserve::server {
 namespace {

@@ -5,6 +5,7 @@
 // hostile answers; the `auto` choice over the real chat templates, and their Jinja2-rendered
 // assistant turns parsed back to the messages they render; the OpenAI JSON shapes.
 #include "server/output_parser.h"
+#include "core/test_paths.h"
 
 #include <gtest/gtest.h>
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "server/tokenize_api.h"
+#include "core/test_paths.h"
 
 namespace moeserve::server {
 namespace {

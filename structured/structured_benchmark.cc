@@ -21,6 +21,7 @@
 #include "structured/automaton.h"
 #include "structured/structured.h"
 #include "tokenizer/tokenizer.h"
+#include "core/test_paths.h"
 
 namespace {
 

@@ -25,6 +25,7 @@
 #include "structured/json_schema.h"
 #include "structured/regex_parser.h"
 #include "tokenizer/tokenizer.h"
+#include "core/test_paths.h"
 
 namespace moeserve::structured {
 namespace {

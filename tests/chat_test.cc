@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "tests/run_binary.h"
+#include "core/test_paths.h"
 
 namespace moeserve {
 namespace {
@@ -295,10 +296,10 @@ class ChatProcess {
       dup2(out[1], 1);
       dup2(err[1], 2);
       for (int fd : {in[0], in[1], out[0], out[1], err[0], err[1]}) close(fd);
-      std::vector<const char*> argv = {MOESERVE_BINARY, "chat"};
+      std::vector<const char*> argv = {MOESERVE_BINARY.c_str(), "chat"};
       for (const std::string& a : args) argv.push_back(a.c_str());
       argv.push_back(nullptr);
-      execv(MOESERVE_BINARY, const_cast<char* const*>(argv.data()));
+      execv(MOESERVE_BINARY.c_str(), const_cast<char* const*>(argv.data()));
       _exit(127);
     }
     close(in[0]);

@@ -19,6 +19,7 @@
 #include "model/checkpoint_layout.h"
 
 #include "tests/run_binary.h"
+#include "core/test_paths.h"
 
 namespace moeserve {
 namespace {
@@ -106,7 +107,7 @@ TEST_F(CliTest, TinyQwen3NextCountsMatchTheHandComputation) {
   // And the written folder has exactly the tensors of the independent golden checkpoint.
   const json mine = json::parse(ReadFile(out / "config.json"));
   EXPECT_EQ(mine["layer_types"],
-            json::parse(ReadFile(MOESERVE_TESTDATA_DIR "/tiny-qwen3next/config.json"))
+            json::parse(ReadFile(MOESERVE_TESTDATA_DIR + "/tiny-qwen3next/config.json"))
                 ["layer_types"]);
 }
 
@@ -120,7 +121,7 @@ TEST_F(CliTest, InspectPrintsTheSimdTargetAndMoeserveIsaRestrictsIt) {
   ASSERT_FALSE(best["isas_available"].empty());
   EXPECT_EQ(best["isa"], best["isas_available"][0]);
   const std::string worst = best["isas_available"].back();
-  r = e2e::RunShell("MOESERVE_ISA=" + worst + " " MOESERVE_BINARY " inspect --bandwidth 20 --model " +
+  r = e2e::RunShell("MOESERVE_ISA=" + worst + " " + MOESERVE_BINARY + " inspect --bandwidth 20 --model " +
                    out.string(),
                     Dir("isa.err"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -234,7 +235,7 @@ TEST_F(CliTest, RuntimeFailuresExit1NamingTheProblem) {
 
 // logits and generate on the independent tiny Qwen3-Next golden model.
 TEST_F(CliTest, LogitsGenerateAndActivationDumpOnTheGoldenModel) {
-  const std::string tiny = MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
+  const std::string tiny = MOESERVE_TESTDATA_DIR + "/tiny-qwen3next";
   const json golden = json::parse(ReadFile(tiny + "/golden.json"));
   const json& prompt = golden["prompts"][0];
   std::string ids;
@@ -369,7 +370,7 @@ TEST_F(CliTest, AnInflatedModelComputesTheSameFunction) {
 }
 
 TEST_F(CliTest, TokenizeDetokenizeAndChatFile) {
-  const std::string qwen = MOESERVE_TESTDATA_DIR "/qwen3-tokenizer";
+  const std::string qwen = MOESERVE_TESTDATA_DIR + "/qwen3-tokenizer";
   CommandResult r = Run("tokenize --model " + qwen + " --text 'Hello world' --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(json::parse(r.out)["ids"], json::parse("[9707, 1879]"));

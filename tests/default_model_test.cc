@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tests/run_binary.h"
+#include "core/test_paths.h"
 
 namespace moeserve {
 namespace {

@@ -22,6 +22,7 @@
 
 #include "tests/run_binary.h"
 #include "tests/server_process.h"
+#include "core/test_paths.h"
 
 namespace moeserve {
 namespace {
@@ -234,7 +235,7 @@ TEST(LimitsTest, BadBoundsAreUsageErrors) {
   }
   for (const std::string value : {"bogus", "AVX9", "' '"}) {
     const e2e::CommandResult r =
-        e2e::RunShell("MOESERVE_ISA=" + value + " " MOESERVE_BINARY " inspect", err_file);
+        e2e::RunShell("MOESERVE_ISA=" + value + " " + MOESERVE_BINARY + " inspect", err_file);
     EXPECT_EQ(r.exit_code, 2) << value;
     EXPECT_NE(r.err.find("MOESERVE_ISA: '"), std::string::npos) << value << ": " << r.err;
   }

@@ -20,6 +20,7 @@
 
 #include "tests/run_binary.h"
 #include "tests/server_process.h"
+#include "core/test_paths.h"
 
 namespace moeserve {
 namespace {
@@ -27,7 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const std::string kTinyDir = MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
+const std::string kTinyDir = MOESERVE_TESTDATA_DIR + "/tiny-qwen3next";
 // mpirun as ctest runs it: as root in containers, more ranks than cores, no pinning; Open MPI
 // leaves its own allocations to the exit, which LeakSanitizer would report under the asan preset.
 const std::string kMpiEnv =

@@ -14,6 +14,7 @@
 
 #include "io/model_config.h"
 #include "tests/run_binary.h"
+#include "core/test_paths.h"
 
 namespace moeserve {
 namespace {
@@ -179,13 +180,13 @@ TEST_F(RealPresetsTest, ConfigJsonHasThePublishedValues) {
 
     // The real tokenizer, byte for byte; the real chat template.
     EXPECT_TRUE(ReadFile(out / "tokenizer.json") ==
-                ReadFile(MOESERVE_TESTDATA_DIR "/qwen3-tokenizer/tokenizer.json"));
+                ReadFile(MOESERVE_TESTDATA_DIR + "/qwen3-tokenizer/tokenizer.json"));
     const json tokenizer_config = json::parse(ReadFile(out / "tokenizer_config.json"));
     const json qwen3_config =
-        json::parse(ReadFile(MOESERVE_TESTDATA_DIR "/qwen3-tokenizer/tokenizer_config.json"));
+        json::parse(ReadFile(MOESERVE_TESTDATA_DIR + "/qwen3-tokenizer/tokenizer_config.json"));
     const bool qwen3_5 = std::string(p.preset) == "qwen3.5-35b-a3b";
     EXPECT_EQ(tokenizer_config["chat_template"],
-              qwen3_5 ? ReadFile(MOESERVE_TESTDATA_DIR "/chat-templates/qwen3.5.jinja")
+              qwen3_5 ? ReadFile(MOESERVE_TESTDATA_DIR + "/chat-templates/qwen3.5.jinja")
                       : qwen3_config["chat_template"].get<std::string>());
     EXPECT_EQ(tokenizer_config["added_tokens_decoder"], qwen3_config["added_tokens_decoder"]);
   }
@@ -204,7 +205,7 @@ TEST_F(RealPresetsTest, ChatTemplatesRenderAndTokenizeAsHuggingFace) {
         Run(fmt::format("make-model --preset {} --no-weights --out {}", p.preset, out.string()))
             .exit_code,
         0);
-    const std::string goldens = std::string(MOESERVE_TESTDATA_DIR "/") + p.chat_goldens;
+    const std::string goldens = std::string(MOESERVE_TESTDATA_DIR + "/") + p.chat_goldens;
     const CommandResult r =
         Run(fmt::format("tokenize --model {} --chat-file {}", out.string(), goldens));
     ASSERT_EQ(r.exit_code, 0) << r.err;

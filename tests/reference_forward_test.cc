@@ -15,6 +15,7 @@
 #include "io/model_config.h"
 #include "io/safetensors.h"
 #include "model/causal_lm.h"
+#include "core/test_paths.h"
 
 namespace moeserve {
 namespace {

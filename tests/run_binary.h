@@ -9,6 +9,8 @@
 #include <sstream>
 #include <string>
 
+#include "core/test_paths.h"
+
 namespace moeserve::e2e {
 
 struct CommandResult {

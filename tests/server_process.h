@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tests/run_binary.h"
+#include "core/test_paths.h"
 
 namespace moeserve::e2e {
 
@@ -62,7 +63,7 @@ class ServerProcess {
       const std::string port = std::to_string(port_);
       std::vector<const char*> argv;
       for (const std::string& a : launcher) argv.push_back(a.c_str());
-      for (const char* a : {MOESERVE_BINARY, "serve", "--port", port.c_str()}) argv.push_back(a);
+      for (const char* a : {MOESERVE_BINARY.c_str(), "serve", "--port", port.c_str()}) argv.push_back(a);
       for (const std::string& a : args) argv.push_back(a.c_str());
       argv.push_back(nullptr);
       execvp(argv[0], const_cast<char* const*>(argv.data()));

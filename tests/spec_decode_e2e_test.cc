@@ -16,6 +16,7 @@
 
 #include "tests/run_binary.h"
 #include "tests/server_process.h"
+#include "core/test_paths.h"
 
 namespace moeserve {
 namespace {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tests/run_binary.h"
+#include "core/test_paths.h"
 
 namespace moeserve {
 namespace {

@@ -18,6 +18,7 @@
 
 #include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer_files.h"
+#include "core/test_paths.h"
 
 namespace moeserve::tokenizer {
 namespace {
@@ -358,7 +359,7 @@ TEST(TokenizerFilesTest, TokenizerJsonHasTheHuggingFaceLayout) {
 
 TEST(TokenizerFilesTest, TokenizerJsonMatchesTheQwenReference) {
   const std::optional<Json> reference = ReadReference("tokenizer.json");
-  ASSERT_TRUE(reference) << "no " MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
+  ASSERT_TRUE(reference) << "no " << MOESERVE_TESTDATA_DIR << "/tiny-qwen3next";
   const BpeVocab vocab = TrainByteLevelBpe(MixedText(5), 400);
   const Json j = Json::parse(MakeTokenizerJson(vocab, SpecialsAfter(vocab)));
   EXPECT_EQ(Keys(j), Keys(*reference));
@@ -441,7 +442,7 @@ TEST(TokenizerFilesTest, ChatMlTemplateIsQwens) {
             "{{ message['content'] }}<|im_end|>\n{% endfor %}"
             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}");
   const std::optional<Json> reference = ReadReference("tokenizer_config.json");
-  ASSERT_TRUE(reference) << "no " MOESERVE_TESTDATA_DIR "/tiny-qwen3next";
+  ASSERT_TRUE(reference) << "no " << MOESERVE_TESTDATA_DIR << "/tiny-qwen3next";
   EXPECT_EQ((*reference)["chat_template"], kChatMlTemplate);
 }
 

@@ -2,6 +2,7 @@
 // byte-identical to what transformers (cross-checked by Python Jinja2 and @huggingface/jinja)
 // produced.
 #include "tokenizer/chat_template.h"
+#include "core/test_paths.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -31,6 +31,7 @@
 #include "tokenizer/byte_level.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/tokenizer_test_data.h"
+#include "core/test_paths.h"
 
 namespace moeserve::tokenizer {
 namespace {

@@ -26,6 +26,7 @@
 
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
+#include "core/test_paths.h"
 
 namespace moeserve::tokenizer {
 namespace {

@@ -17,6 +17,7 @@
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/tokenizer_test_data.h"
 #include "tokenizer/utf8.h"
+#include "core/test_paths.h"
 
 namespace moeserve::tokenizer {
 namespace {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tokenizer/tokenizer.h"
+#include "core/test_paths.h"
 
 namespace moeserve::tokenizer::testing {
 
