@@ -44,7 +44,8 @@ KvCacheManager::KvCacheManager(const KvCacheConfig& config) : config_(config) {
   free_state_slots_.reserve(config.num_state_slots);
   free_spec_slots_.reserve(config.num_spec_state_slots);
   for (int64_t slot = config.num_state_slots - 1; slot >= 0; --slot) {
-    (slot < main_slots ? free_state_slots_ : free_spec_slots_).push_back(static_cast<int32_t>(slot));
+    (slot < main_slots ? free_state_slots_ : free_spec_slots_)
+        .push_back(static_cast<int32_t>(slot));
   }
 
   CHECK_GE(config.num_checkpoints, 0);
@@ -397,15 +398,15 @@ bool KvCacheManager::IsCheckpointPosition(const Request& r, int64_t pos) const {
          pos > prompt;
 }
 
-int64_t KvCacheManager::CheckpointChunkEnd(const Request& r, int64_t first_pos,
-                                           int64_t end) const {
+int64_t KvCacheManager::CheckpointChunkEnd(const Request& r, int64_t first_pos, int64_t end) const {
   if (config_.num_checkpoints == 0 || r.skip_prefix_cache) return end;
   const int64_t align = config_.checkpoint_alignment;
   for (const int64_t junction : {r.num_prompt_tokens() / align * align, r.shared_prefix_junction}) {
     if (junction > first_pos && junction < end) end = junction;
   }
   if (config_.checkpoint_interval > 0) {
-    end = std::min(end, (first_pos / config_.checkpoint_interval + 1) * config_.checkpoint_interval);
+    end =
+        std::min(end, (first_pos / config_.checkpoint_interval + 1) * config_.checkpoint_interval);
   }
   return end;
 }

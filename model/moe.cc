@@ -80,7 +80,7 @@ void RoutedExperts(const LayerContext& ctx, const MoeWeights& w, const float* x,
   // The trace names how many experts the step read (a verify step of 1 + K tokens reads the
   // union of their choices: scripts/trace_summary.py --experts).
   int64_t experts_read = 0;
-  for (int64_t e = 0; e < E; ++e) experts_read += offsets[e + 1] > offsets[e] ? 1 : 0;
+  for (int64_t e = 0; trace::enabled() && e < E; ++e) experts_read += offsets[e + 1] > offsets[e];
   trace::Scope scope(shared.count() > 0 ? "experts_and_shared" : "routed_experts", "experts",
                      experts_read);
 

@@ -18,9 +18,9 @@
 // largest measured one below it -- optimistic, so it gets tried -- but steps only one token
 // longer than the longest measured are considered, costed as that one plus the last measured
 // token's increment, so a new engine walks up a draft at a time and stops where measured costs
-// say. Requests start from the acceptance seen so far by all (0.5 per position before any). An MTP request whose best choice was no drafts kStopAfter steps in
-// a row stops drafting for good: the head stops running over its tokens, which is what makes
-// "no drafts" as cheap as --spec none.
+// say. Requests start from the acceptance seen so far by all (0.5 per position before any). An MTP
+// request whose best choice was no drafts kStopAfter steps in a row stops drafting for good: the
+// head stops running over its tokens, which is what makes "no drafts" as cheap as --spec none.
 #pragma once
 
 #include <array>
@@ -56,7 +56,8 @@ class DraftPolicy {
 
   // The drafts of each request of the next step: limit[i] (0 .. kMaxSpeculativeTokens, what
   // max_tokens and max_model_len leave) caps budget[i]. Requests not stopped take the running
-  // acceptance on their first call; a request idle for kStopAfter steps is stopped (r.drafts_stopped).
+  // acceptance on their first call; a request idle for kStopAfter steps is stopped
+  // (r.drafts_stopped).
   void Choose(std::span<Request* const> requests, std::span<const int32_t> limit,
               std::span<int32_t> budget);
 
@@ -69,7 +70,9 @@ class DraftPolicy {
     double nanos = 0;
     int64_t measured_at = -1;  // step of the last measurement; -1: never
   };
-  bool Fresh(const Cost& c) const { return c.measured_at >= 0 && step_ - c.measured_at < kStaleSteps; }
+  bool Fresh(const Cost& c) const {
+    return c.measured_at >= 0 && step_ - c.measured_at < kStaleSteps;
+  }
   // The cost of `n`, or of the largest fresh entry below it, or 0.
   double Estimate(std::span<const Cost> table, int64_t n) const;
   // forward(n) for a choice: Estimate, but one token beyond the longest fresh step `frontier`

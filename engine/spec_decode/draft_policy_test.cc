@@ -15,8 +15,8 @@ namespace {
 // Runs `steps` steps of one request against a modelled machine: forward(n) for a step of n
 // tokens, propose(p) for p drafts deep; returns the budgets chosen.
 std::vector<int32_t> RunSteps(DraftPolicy& policy, Request& r, int steps,
-                         const std::function<double(int64_t)>& forward,
-                         const std::function<double(int64_t)>& propose) {
+                              const std::function<double(int64_t)>& forward,
+                              const std::function<double(int64_t)>& propose) {
   std::vector<int32_t> chosen;
   int32_t budget = 0;
   for (int s = 0; s < steps; ++s) {
@@ -33,16 +33,22 @@ std::vector<int32_t> RunSteps(DraftPolicy& policy, Request& r, int steps,
   return chosen;
 }
 
+// A request the policy has seen, accepted with probability a at every position.
+void Seen(Request& r, float a) {
+  r.draft_policy_seen = true;
+  r.draft_acceptance = {a, a, a, a};
+}
+
 TEST(DraftPolicyTest, ChoosesTheKWithTheMostTokensPerSecond) {
   // A compute-bound step of n tokens costs 1 + 0.2 (n - 1); drafts always accepted: the more
   // the better, so it walks up to K = 4 and stays.
   {
     DraftPolicy policy(/*stop_idle_requests=*/true);
     Request r;
-    r.draft_acceptance = {1, 1, 1, 1};
-    r.draft_policy_seen = true;
-    const auto chosen = RunSteps(policy, r, 20, [](int64_t n) { return 1e6 * (1 + 0.2 * (n - 1)); },
-                            [](int64_t) { return 0.0; });
+    Seen(r, 1);
+    const auto chosen = RunSteps(
+        policy, r, 20, [](int64_t n) { return 1e6 * (1 + 0.2 * (n - 1)); },
+        [](int64_t) { return 0.0; });
     // One draft more than the longest step measured, one at a time (RunSteps measures a plain
     // step before the first choice).
     EXPECT_EQ(chosen[0], 1);
@@ -67,10 +73,10 @@ TEST(DraftPolicyTest, ChoosesTheKWithTheMostTokensPerSecond) {
   {
     DraftPolicy policy(true);
     Request r;
-    r.draft_policy_seen = true;
-    r.draft_acceptance = {0.5f, 0.5f, 0.5f, 0.5f};
-    const auto chosen = RunSteps(policy, r, 30, [](int64_t n) { return 1e6 * (1 + 0.2 * (n - 1)); },
-                            [](int64_t) { return 0.0; });
+    Seen(r, 0.5f);
+    const auto chosen = RunSteps(
+        policy, r, 30, [](int64_t n) { return 1e6 * (1 + 0.2 * (n - 1)); },
+        [](int64_t) { return 0.0; });
     EXPECT_EQ(chosen.back(), 1);
   }
 }
@@ -82,10 +88,9 @@ TEST(DraftPolicyTest, StopsARequestWhenNoDraftsPayAndCountsTheMtpPass) {
   // 1.1). The request stops after kStopAfter idle steps.
   DraftPolicy policy(true);
   Request r;
-  r.draft_policy_seen = true;
-  r.draft_acceptance = {0.7f, 0.7f, 0.7f, 0.7f};
-  const auto chosen = RunSteps(policy, r, 20, [](int64_t n) { return 1e6 * n; },
-                          [](int64_t) { return 1e5; });
+  Seen(r, 0.7f);
+  const auto chosen = RunSteps(
+      policy, r, 20, [](int64_t n) { return 1e6 * n; }, [](int64_t) { return 1e5; });
   EXPECT_TRUE(r.drafts_stopped);
   int drafted = 0;
   for (int32_t k : chosen) drafted += k > 0;
@@ -93,10 +98,9 @@ TEST(DraftPolicyTest, StopsARequestWhenNoDraftsPayAndCountsTheMtpPass) {
   // Without stopping (n-gram: no pass to save), no drafts are chosen either, the request goes on.
   DraftPolicy ngram(false);
   Request q;
-  q.draft_policy_seen = true;
-  q.draft_acceptance = {0.7f, 0.7f, 0.7f, 0.7f};
-  const auto plain = RunSteps(ngram, q, 20, [](int64_t n) { return 1e6 * n; },
-                         [](int64_t) { return 0.0; });
+  Seen(q, 0.7f);
+  const auto plain = RunSteps(
+      ngram, q, 20, [](int64_t n) { return 1e6 * n; }, [](int64_t) { return 0.0; });
   EXPECT_EQ(plain.back(), 0);
   EXPECT_FALSE(q.drafts_stopped);
 }
@@ -121,9 +125,8 @@ TEST(DraftPolicyTest, SharesDraftsAmongRequestsByReach) {
   for (int64_t n = 1; n <= 8; ++n) policy.RecordForward(n, n <= 4 ? 1000000 : 1000000 * n);
   policy.RecordPropose(0, 0);
   Request a, c;
-  a.draft_policy_seen = c.draft_policy_seen = true;
-  a.draft_acceptance = {0.9f, 0.9f, 0.9f, 0.9f};
-  c.draft_acceptance = {0.3f, 0.3f, 0.3f, 0.3f};
+  Seen(a, 0.9f);
+  Seen(c, 0.3f);
   Request* requests[] = {&a, &c};
   const int32_t limit[] = {4, 4};
   int32_t budget[] = {0, 0};

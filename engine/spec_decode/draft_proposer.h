@@ -76,8 +76,8 @@ class DraftProposer {
   std::vector<int32_t> budget_;  // [seqs]
   // Drafts sized by cost only: the policy, its inputs, and this step's drafting time.
   std::optional<DraftPolicy> policy_;
-  std::vector<Request*> requests_;  // [seqs]
-  std::vector<int32_t> limit_;      // [seqs]
+  std::vector<Request*> requests_;                  // [seqs]
+  std::vector<int32_t> limit_;                      // [seqs]
   int64_t propose_nanos_ = 0, propose_passes_ = 0;  // this step's drafting: time, deepest draft
 };
 
