@@ -323,6 +323,40 @@ BENCHMARK(BM_MatMulHot)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
+// The GGML formats' compute ceiling: one W [N, K] small enough for L2 read over and over, M
+// rows, one thread, as BM_MatMulHot. weight_GB/s above a core's share of the read bandwidth
+// means the format is memory-bound at decode; below it, the kernel's instructions per block are
+// what a decode pays. Args: N, K, M, dtype (kGgmlDTypes), activations (0 f32, 1 int8).
+void BM_MatMulGgmlHot(benchmark::State& state) {
+  const int64_t N = state.range(0), K = state.range(1), M = state.range(2);
+  const DType dtype = kGgmlDTypes[state.range(3)];
+  const GgmlActivations activations =
+      state.range(4) == 0 ? GgmlActivations::kF32 : GgmlActivations::kInt8;
+  ThreadPool pool(1);
+  TensorStorage storage(TensorBytes(dtype, std::array<int64_t, 2>{N, K}));
+  for (int64_t n = 0; n < N; ++n) {
+    FillGgmlRow(dtype, storage.data() + n * StoredRowBytes(dtype, K), K, static_cast<size_t>(n));
+  }
+  const Tensor W(storage.data(), dtype, {N, K});
+  std::vector<float> x(static_cast<size_t>(M * K));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 13) * 0.125f - 0.75f;
+  std::vector<float> y(static_cast<size_t>(M * N));
+  const Stopwatch watch;
+  for (auto _ : state) {
+    MatMul(x.data(), K, M, W, y.data(), N, pool, activations);
+    benchmark::ClobberMemory();
+  }
+  const double seconds = std::max(watch.ElapsedSeconds(), 1e-9);
+  const double calls = static_cast<double>(state.iterations());
+  state.counters["weight_GB/s"] = calls * static_cast<double>(storage.size()) / seconds * 1e-9;
+  state.counters["GFLOP/s"] = calls * 2.0 * static_cast<double>(M * N * K) / seconds * 1e-9;
+}
+BENCHMARK(BM_MatMulGgmlHot)
+    ->ArgNames({"N", "K", "M", "dtype", "act"})
+    ->ArgsProduct({{128}, {2048}, {1, 8}, {0, 1, 2, 3, 4, 5, 6, 7}, {1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace moeserve::kernels
 

@@ -410,6 +410,31 @@ struct X86KBlock {
     *I = acc;
     *J = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_madd_epi16(mins, LoadSums(x.sums16)));
   }
+  // Lanes for kM activation blocks at once: each sub-block's codes and scale are decoded once
+  // and meet every x row (a prefill pass), the same integers as Lanes per row.
+  template <size_t kM>
+  HWY_INLINE void LanesBatch(const ActivationBlock (&x)[kM], __m256i (&I)[kM],
+                             __m256i (&J)[kM]) const {
+    const __m256i nibble = _mm256_set1_epi8(15);
+    for (size_t i = 0; i < kM; ++i) I[i] = _mm256_setzero_si256();
+    for (size_t t = 0; t < 4; ++t) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * t));
+      const __m256i low = WithFifth(_mm256_and_si256(v, nibble), 2 * t);
+      const __m256i low_scale = Scale(2 * t);
+      for (size_t i = 0; i < kM; ++i) {
+        I[i] = _mm256_add_epi32(I[i], ScaledDot(low, x[i].p + 64 * t, low_scale));
+      }
+      const __m256i top = WithFifth(_mm256_and_si256(_mm256_srli_epi16(v, 4), nibble), 2 * t + 1);
+      const __m256i top_scale = Scale(2 * t + 1);
+      for (size_t i = 0; i < kM; ++i) {
+        I[i] = _mm256_add_epi32(I[i], ScaledDot(top, x[i].p + 64 * t + 32, top_scale));
+      }
+    }
+    for (size_t i = 0; i < kM; ++i) {
+      J[i] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                              _mm256_madd_epi16(mins, LoadSums(x[i].sums16)));
+    }
+  }
 };
 
 // Q6_K: vector g (weights 32g .. 32g + 31, h = g / 4, t = g % 4) holds low nibbles of
@@ -453,6 +478,33 @@ struct X86Q6_KBlock {
     const __m256i offsets = _mm256_madd_epi16(scales16, LoadSums(x.sums16));
     *I = _mm256_sub_epi32(acc, _mm256_slli_epi32(offsets, 5));
   }
+  // Lanes for kM activation blocks at once, as X86KBlock::LanesBatch.
+  template <size_t kM>
+  HWY_INLINE void LanesBatch(const ActivationBlock (&x)[kM], __m256i (&I)[kM],
+                             __m256i (&)[kM]) const {
+    const __m256i nibble = _mm256_set1_epi8(15), two = _mm256_set1_epi8(3);
+    // The 8 scale vectors first (AVX2's 16 registers hold the tile's accumulators, not these).
+    __m256i scale[8];
+    for (size_t g = 0; g < 8; ++g) scale[g] = Scale(g);
+    for (size_t i = 0; i < kM; ++i) I[i] = _mm256_setzero_si256();
+    for (size_t g = 0; g < 8; ++g) {
+      const size_t h = g / 4, t = g % 4;
+      const __m256i source =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32 * (t % 2)));
+      const __m256i top = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
+      const __m256i low = _mm256_and_si256(t < 2 ? source : _mm256_srli_epi16(source, 4), nibble);
+      const __m256i bits = _mm256_and_si256(
+          _mm256_srl_epi16(top, _mm_cvtsi32_si128(static_cast<int>(2 * t))), two);
+      const __m256i codes = _mm256_or_si256(low, _mm256_slli_epi16(bits, 4));
+      for (size_t i = 0; i < kM; ++i) {
+        I[i] = _mm256_add_epi32(I[i], ScaledDot(codes, x[i].p + 32 * g, scale[g]));
+      }
+    }
+    for (size_t i = 0; i < kM; ++i) {
+      const __m256i offsets = _mm256_madd_epi16(scales16, LoadSums(x[i].sums16));
+      I[i] = _mm256_sub_epi32(I[i], _mm256_slli_epi32(offsets, 5));
+    }
+  }
 };
 
 // The decoder of each format.
@@ -492,6 +544,13 @@ struct X86BlockOf<DType::kGgmlQ6_K> {
 };
 template <DType kDType>
 using X86Block = typename X86BlockOf<kDType>::type;
+// Whether a decoder meets several x rows per decoded sub-block (the K-quants: their decoding is
+// most of a block's work, so a pass of kM rows decodes each block once, not kM times).
+template <class Block, size_t kM>
+inline constexpr bool kHasLanesBatch = requires(const Block& block, const ActivationBlock (&x)[kM],
+                                                __m256i (&I)[kM], __m256i (&J)[kM]) {
+  block.template LanesBatch<kM>(x, I, J);
+};
 
 // The spec's f32 step on 8 lanes: acc = fma(float(I), s, acc), then with an offset
 // fma(float(J), t, acc).
@@ -551,10 +610,18 @@ void TileInt8(const GgmlInt8Rows& xq, size_t m0, size_t ms, const uint8_t* HWY_R
       const BlockFactors f = Factors<kDType>(block);
 #if MOESERVE_GGML_X86_INT8
       const X86Block<kDType> codes(block);
-      for (size_t i = 0; i < kM; ++i) {
-        __m256i I, J = _mm256_setzero_si256();
-        codes.Lanes(x[i], &I, &J);
-        acc[i][r] = AddLanes<kOffset>(acc[i][r], I, J, f.d * a[i][b], f.offset * a[i][b]);
+      if constexpr (kM > 1 && kHasLanesBatch<X86Block<kDType>, kM>) {
+        __m256i I[kM], J[kM];
+        codes.template LanesBatch<kM>(x, I, J);
+        for (size_t i = 0; i < kM; ++i) {
+          acc[i][r] = AddLanes<kOffset>(acc[i][r], I[i], J[i], f.d * a[i][b], f.offset * a[i][b]);
+        }
+      } else {
+        for (size_t i = 0; i < kM; ++i) {
+          __m256i I, J = _mm256_setzero_si256();
+          codes.Lanes(x[i], &I, &J);
+          acc[i][r] = AddLanes<kOffset>(acc[i][r], I, J, f.d * a[i][b], f.offset * a[i][b]);
+        }
       }
 #else
       for (size_t i = 0; i < kM; ++i) {
