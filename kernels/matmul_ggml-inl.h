@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "core/dtype.h"
 #include "hwy/highway.h"
@@ -99,13 +100,16 @@ inline mi::TileShape ChooseShape(size_t M) {
   const size_t m = std::min(M, kMaxM);
   return {RowsFor(m), m};
 }
-// The int8 tiles hold a ymm accumulator per output and the block's decoded codes and scales:
-// with 16 registers (AVX2) fewer rows than the f32 tiles, with 32 (AVX-512) as many.
-constexpr size_t Int8RowsFor(size_t m) {
-  return mi::kMaxAccumulators >= 24 ? RowsFor(m) : m <= 2 ? 4 : 2;
-}
+// The int8 tiles hold a ymm accumulator per output and the block's decoded codes and scales.
+// With 32 registers (AVX-512) the f32 tiles' shapes. With 16 (AVX2), passes of up to 8 x rows
+// over 4 W rows, though their accumulators do not all fit: each spilled one costs a load and a
+// store per block, while every extra x row of a pass saves a decoding of the block (most of a
+// K-quant block's work); 8 is also an expert's share of a 128-token prefill under top-8 of 128.
+// The best of 3..16 x rows by 1..4 W rows measured (docs/performance.md, "GGML block kernels").
+inline constexpr size_t kMaxInt8M = mi::kMaxAccumulators >= 24 ? kMaxM : 8;
+constexpr size_t Int8RowsFor(size_t m) { return mi::kMaxAccumulators >= 24 ? RowsFor(m) : 4; }
 inline mi::TileShape ChooseInt8Shape(size_t M) {
-  const size_t m = std::min(M, kMaxM);
+  const size_t m = std::min(M, kMaxInt8M);
   return {Int8RowsFor(m), m};
 }
 
@@ -650,6 +654,29 @@ void TileInt8(const GgmlInt8Rows& xq, size_t m0, size_t ms, const uint8_t* HWY_R
   }
 }
 
+// The pass's tile: shape.m x rows per pass (1 .. kMaxInt8M), ms of them in this pass. A shape
+// below kMaxInt8M only occurs when M is that small, so its passes are whole (ms == shape_m); the
+// largest shape also ends a batch with a shorter pass.
+template <DType kDType, size_t... kIs>
+HWY_INLINE void RunInt8Pass(size_t shape_m, size_t ms, std::index_sequence<kIs...>,
+                            const GgmlInt8Rows& xq, size_t m, const uint8_t* HWY_RESTRICT w,
+                            size_t row_bytes, size_t K, size_t n, size_t rows, size_t ahead,
+                            float* HWY_RESTRICT y, size_t y_stride) {
+  const bool ran =
+      shape_m == kMaxInt8M
+          ? ((ms == kIs + 1 &&
+              (TileInt8<kDType, Int8RowsFor(kMaxInt8M), kIs + 1>(xq, m, ms, w, row_bytes, K, n,
+                                                                 rows, ahead, y, y_stride),
+               true)) ||
+             ...)
+          : ((shape_m == kIs + 1 && ms == kIs + 1 &&
+              (TileInt8<kDType, Int8RowsFor(kIs + 1), kIs + 1>(xq, m, ms, w, row_bytes, K, n,
+                                                               rows, ahead, y, y_stride),
+               true)) ||
+             ...);
+  HWY_ASSERT(ran);
+}
+
 template <DType kDType>
 void MatMulRangeInt8T(const GgmlInt8Rows& xq, size_t M, const uint8_t* HWY_RESTRICT w, size_t K,
                       size_t n_begin, size_t n_end, float* HWY_RESTRICT y, size_t y_stride) {
@@ -661,27 +688,8 @@ void MatMulRangeInt8T(const GgmlInt8Rows& xq, size_t M, const uint8_t* HWY_RESTR
       [&](size_t n, size_t rows, size_t next, size_t m, size_t ms, bool first) {
         float* ym = y + m * y_stride + n;
         const size_t ahead = first ? next : mi::kNoRow;
-        switch (shape.m * 8 + ms) {
-#define MOESERVE_GGML_INT8_TILE(kShapeM, kMs)                                                   \
-  case kShapeM * 8 + kMs:                                                                       \
-    return TileInt8<kDType, Int8RowsFor(kShapeM), kMs>(xq, m, ms, w, row_bytes, K, n, rows,    \
-                                                       ahead,                               \
-                                                   ym, y_stride);
-          MOESERVE_GGML_INT8_TILE(1, 1)
-          MOESERVE_GGML_INT8_TILE(2, 2)
-          MOESERVE_GGML_INT8_TILE(3, 3)
-          MOESERVE_GGML_INT8_TILE(3, 1)
-          MOESERVE_GGML_INT8_TILE(3, 2)
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-          MOESERVE_GGML_INT8_TILE(4, 4)
-          MOESERVE_GGML_INT8_TILE(4, 1)
-          MOESERVE_GGML_INT8_TILE(4, 2)
-          MOESERVE_GGML_INT8_TILE(4, 3)
-#endif
-#undef MOESERVE_GGML_INT8_TILE
-          default:
-            HWY_ASSERT(false);
-        }
+        RunInt8Pass<kDType>(shape.m, ms, std::make_index_sequence<kMaxInt8M>(), xq, m, w,
+                            row_bytes, K, n, rows, ahead, ym, y_stride);
       });
 }
 
