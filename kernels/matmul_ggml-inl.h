@@ -461,22 +461,30 @@ struct X86Q6_KBlock {
     return _mm256_shuffle_epi8(g < 4 ? first : second,
                                _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo)));
   }
+  // Vector t of half h's codes from that half's low-nibble vector (ql[64h + 32 (t % 2) ..]) and
+  // its high pairs (qh[32h ..]): bits 2t, 2t + 1 of each byte moved to bits 4, 5 (a 16-bit
+  // shift moves bits across bytes only where the mask then clears them).
+  template <size_t t>
+  static HWY_INLINE __m256i Codes(__m256i source, __m256i top) {
+    const __m256i nibble = _mm256_set1_epi8(15), pair = _mm256_set1_epi8(0x30);
+    const __m256i low = _mm256_and_si256(t < 2 ? source : _mm256_srli_epi16(source, 4), nibble);
+    const __m256i moved = t == 0   ? _mm256_slli_epi16(top, 4)
+                          : t == 1 ? _mm256_slli_epi16(top, 2)
+                          : t == 2 ? top
+                                   : _mm256_srli_epi16(top, 2);
+    return _mm256_or_si256(low, _mm256_and_si256(moved, pair));
+  }
   HWY_INLINE void Lanes(const ActivationBlock& x, __m256i* I, __m256i*) const {
-    const __m256i nibble = _mm256_set1_epi8(15), two = _mm256_set1_epi8(3);
     __m256i acc = _mm256_setzero_si256();
     for (size_t h = 0; h < 2; ++h) {
       const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h));
       const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32));
       const __m256i top = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
+      const __m256i codes[4] = {Codes<0>(a, top), Codes<1>(c, top), Codes<2>(a, top),
+                                Codes<3>(c, top)};
       for (size_t t = 0; t < 4; ++t) {
-        const __m256i source = t % 2 == 0 ? a : c;
-        const __m256i low =
-            _mm256_and_si256(t < 2 ? source : _mm256_srli_epi16(source, 4), nibble);
-        const __m256i bits = _mm256_and_si256(
-            _mm256_srl_epi16(top, _mm_cvtsi32_si128(static_cast<int>(2 * t))), two);
-        const __m256i codes = _mm256_or_si256(low, _mm256_slli_epi16(bits, 4));
         const size_t g = 4 * h + t;
-        acc = _mm256_add_epi32(acc, ScaledDot(codes, x.p + 32 * g, Scale(g)));
+        acc = _mm256_add_epi32(acc, ScaledDot(codes[t], x.p + 32 * g, Scale(g)));
       }
     }
     const __m256i offsets = _mm256_madd_epi16(scales16, LoadSums(x.sums16));
@@ -486,23 +494,22 @@ struct X86Q6_KBlock {
   template <size_t kM>
   HWY_INLINE void LanesBatch(const ActivationBlock (&x)[kM], __m256i (&I)[kM],
                              __m256i (&)[kM]) const {
-    const __m256i nibble = _mm256_set1_epi8(15), two = _mm256_set1_epi8(3);
     // The 8 scale vectors first (AVX2's 16 registers hold the tile's accumulators, not these).
     __m256i scale[8];
     for (size_t g = 0; g < 8; ++g) scale[g] = Scale(g);
     for (size_t i = 0; i < kM; ++i) I[i] = _mm256_setzero_si256();
-    for (size_t g = 0; g < 8; ++g) {
-      const size_t h = g / 4, t = g % 4;
-      const __m256i source =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32 * (t % 2)));
-      const __m256i top = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
-      const __m256i low = _mm256_and_si256(t < 2 ? source : _mm256_srli_epi16(source, 4), nibble);
-      const __m256i bits = _mm256_and_si256(
-          _mm256_srl_epi16(top, _mm_cvtsi32_si128(static_cast<int>(2 * t))), two);
-      const __m256i codes = _mm256_or_si256(low, _mm256_slli_epi16(bits, 4));
+    const auto meet = [&](size_t g, __m256i codes) {
       for (size_t i = 0; i < kM; ++i) {
         I[i] = _mm256_add_epi32(I[i], ScaledDot(codes, x[i].p + 32 * g, scale[g]));
       }
+    };
+    for (size_t h = 0; h < 2; ++h) {
+      const auto* half = reinterpret_cast<const __m256i*>(b + 64 * h);
+      const __m256i top = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
+      meet(4 * h + 0, Codes<0>(_mm256_loadu_si256(half), top));
+      meet(4 * h + 1, Codes<1>(_mm256_loadu_si256(half + 1), top));
+      meet(4 * h + 2, Codes<2>(_mm256_loadu_si256(half), top));
+      meet(4 * h + 3, Codes<3>(_mm256_loadu_si256(half + 1), top));
     }
     for (size_t i = 0; i < kM; ++i) {
       const __m256i offsets = _mm256_madd_epi16(scales16, LoadSums(x[i].sums16));
