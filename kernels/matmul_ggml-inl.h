@@ -10,7 +10,8 @@
 //     from AVX2 on, vpmaddubsw (unsigned codes times signed p, pairs into int16) then vpmaddwd by
 //     the sub-block's scale (pairs into int32, scaled), which leaves the spec's 8 lanes (bytes
 //     4l .. 4l + 3 of each 32) in a vector's 8 int32 lanes: converted and fused into the 8 f32
-//     accumulators with no horizontal sum until the output's end; elsewhere scalar loops.
+//     accumulators with no horizontal sum until the output's end; elsewhere scalar loops. A pass
+//     of several x rows decodes each K-quant block once for all of them (LanesBatch).
 //
 // Tiles never have fewer rows than their shape: a tile at the end of the range (or a pass at the
 // end of the batch) repeats its last W row (x row) for the missing ones and does not store their
@@ -105,7 +106,8 @@ inline mi::TileShape ChooseShape(size_t M) {
 // over 4 W rows, though their accumulators do not all fit: each spilled one costs a load and a
 // store per block, while every extra x row of a pass saves a decoding of the block (most of a
 // K-quant block's work); 8 is also an expert's share of a 128-token prefill under top-8 of 128.
-// The best of 3..16 x rows by 1..4 W rows measured (docs/performance.md, "GGML block kernels").
+// The best of 3..16 x rows by 1..4 W rows measured (docs/performance.md, "GGML block kernels
+// on AVX2").
 inline constexpr size_t kMaxInt8M = mi::kMaxAccumulators >= 24 ? kMaxM : 8;
 constexpr size_t Int8RowsFor(size_t m) { return mi::kMaxAccumulators >= 24 ? RowsFor(m) : 4; }
 inline mi::TileShape ChooseInt8Shape(size_t M) {
