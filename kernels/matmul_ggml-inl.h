@@ -102,12 +102,12 @@ inline mi::TileShape ChooseShape(size_t M) {
   return {RowsFor(m), m};
 }
 // The int8 tiles hold a ymm accumulator per output and the block's decoded codes and scales.
-// With 32 registers (AVX-512) the f32 tiles' shapes. With 16 (AVX2), passes of up to 8 x rows
-// over 4 W rows, though their accumulators do not all fit: each spilled one costs a load and a
-// store per block, while every extra x row of a pass saves a decoding of the block (most of a
-// K-quant block's work); 8 is also an expert's share of a 128-token prefill under top-8 of 128.
-// The best of 3..16 x rows by 1..4 W rows measured (docs/performance.md, "GGML block kernels
-// on AVX2").
+// With 32 registers (AVX-512) the f32 tiles' shapes. With 16 (AVX2, and the scalar targets
+// below it), passes of up to 8 x rows over 4 W rows, though their accumulators do not all fit:
+// each spilled one costs a load and a store per block, while every extra x row of a pass saves
+// a decoding of the block (most of a K-quant block's work); 8 is also an expert's share of a
+// 128-token prefill under top-8 of 128. The best of 3..16 x rows by 1..4 W rows measured
+// (docs/performance.md, "GGML block kernels on AVX2").
 inline constexpr size_t kMaxInt8M = mi::kMaxAccumulators >= 24 ? kMaxM : 8;
 constexpr size_t Int8RowsFor(size_t m) { return mi::kMaxAccumulators >= 24 ? RowsFor(m) : 4; }
 inline mi::TileShape ChooseInt8Shape(size_t M) {
